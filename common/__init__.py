@@ -1,0 +1,1 @@
+"""topodra shared library: sysfs topology discovery and the kubelet-plugin runtime."""

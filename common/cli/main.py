@@ -1,0 +1,33 @@
+"""Entry point of the `topodra` command.
+
+Subcommands are imported lazily so that `topodra inspect` never pays for grpc or the
+kubernetes client: discovery must stay cheaper than lstopo on the same tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# subcommand -> module under topodra.common.cli that defines register(subparsers) and run(args)
+SUBCOMMANDS: dict[str, str] = {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="topodra", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, module in SUBCOMMANDS.items():
+        importlib.import_module(f"topodra.common.cli.{module}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    result: int = args.run(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""A device as a driver publishes it in a ResourceSlice (resource.k8s.io/v1).
+
+Drivers build these from the topology; the publisher validates, chunks and writes them; the
+runtime looks allocated names up in them. Keeping one typed shape lets slice building stay a pure
+function that tests compare without a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """A semver attribute value; a distinct type so it is not published as a plain string."""
+
+    value: str
+
+
+# Scalars: bool, int, str, Version. Lists (DRAListTypeAttributes): tuples of one of those.
+AttributeValue = bool | int | str | Version | tuple[int, ...] | tuple[str, ...] | tuple[bool, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPolicy:
+    """CapacityRequestPolicy: how much of a consumable capacity one allocation may take."""
+
+    default: str
+    valid_values: tuple[str, ...] = ()
+    min: str | None = None
+    max: str | None = None
+    step: str | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"default": self.default}
+        if self.valid_values:
+            out["validValues"] = list(self.valid_values)
+        if self.min is not None:
+            rng: dict[str, Any] = {"min": self.min}
+            if self.max is not None:
+                rng["max"] = self.max
+            if self.step is not None:
+                rng["step"] = self.step
+            out["validRange"] = rng
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    value: str  # a Kubernetes quantity, e.g. "8" or "80Gi"
+    request_policy: RequestPolicy | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"value": self.value}
+        if self.request_policy is not None:
+            out["requestPolicy"] = self.request_policy.to_api()
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"  # None | NoSchedule | NoExecute
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key, "effect": self.effect}
+        if self.value:
+            out["value"] = self.value
+        return out
+
+
+def attribute_to_api(value: AttributeValue) -> dict[str, Any]:
+    """Encode one attribute value as the API's one-of (`int`, `bool`, `string`, `version`, lists)."""
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": value}
+    if isinstance(value, str):
+        return {"string": value}
+    if isinstance(value, Version):
+        return {"version": value.value}
+    if isinstance(value, tuple):
+        if value and all(isinstance(v, bool) for v in value):
+            return {"bools": list(value)}
+        if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return {"ints": list(value)}
+        if value and all(isinstance(v, str) for v in value):
+            return {"strings": list(value)}
+        raise ValueError(f"list attribute must be a non-empty list of one type, got {value!r}")
+    raise TypeError(f"unsupported attribute value {value!r}")
+
+
+def is_list_attribute(value: AttributeValue) -> bool:
+    return isinstance(value, tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One device entry of a ResourceSlice; attribute and capacity keys are fully qualified."""
+
+    name: str
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    capacity: Mapping[str, Capacity] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    allow_multiple_allocations: bool = False
+
+    @property
+    def uses_advanced_features(self) -> bool:
+        """Taints, counters or list attributes lower the per-slice limit from 128 to 64."""
+        return bool(self.taints) or any(is_list_attribute(v) for v in self.attributes.values())
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.attributes:
+            out["attributes"] = {k: attribute_to_api(v) for k, v in sorted(self.attributes.items())}
+        if self.capacity:
+            out["capacity"] = {k: c.to_api() for k, c in sorted(self.capacity.items())}
+        if self.taints:
+            out["taints"] = [t.to_api() for t in self.taints]
+        if self.allow_multiple_allocations:
+            out["allowMultipleAllocations"] = True
+        return out

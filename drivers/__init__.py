@@ -1,0 +1,1 @@
+"""The three topodra kubelet DRA drivers: cpu, accelerator, nic."""
