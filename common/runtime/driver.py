@@ -1,0 +1,108 @@
+"""The contract between the shared kubelet-plugin runtime and one driver.
+
+A driver knows its devices and how to prepare them; everything else (gRPC, registration,
+checkpointing, CDI files, claim fetching and validation, publishing) belongs to the runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+from topodra.common.cdi.edits import ContainerEdits
+from topodra.common.device import Device
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """Identifies one ResourceClaim as the kubelet names it."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    """One allocation result of ours (`status.allocation.devices.results[]`, driver == ours)."""
+
+    request: str  # "req" or "req/sub"
+    pool: str
+    device: str
+    share_id: str | None = None
+    consumed_capacity: Mapping[str, str] = field(default_factory=dict)  # quantities as strings
+    admin_access: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueConfig:
+    """Parameters for our driver from `status.allocation.devices.config[]` (class first, then claim)."""
+
+    source: str  # FromClass | FromClaim
+    requests: tuple[str, ...]  # empty: applies to every request
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDevice:
+    """What prepare made of one allocated device: its container edits for the claim's CDI spec."""
+
+    request: str
+    pool: str
+    device: str
+    edits: ContainerEdits = field(default_factory=ContainerEdits)
+    share_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Preparation:
+    """A driver's answer to prepare. `state` is JSON data kept in the checkpoint so that unprepare
+    and a restarted driver know what this claim holds (e.g. the exact CPUs chosen)."""
+
+    devices: tuple[PreparedDevice, ...]
+    claim_edits: ContainerEdits = field(default_factory=ContainerEdits)  # applies to all devices
+    state: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Health(Enum):
+    UNKNOWN = 0
+    HEALTHY = 1
+    UNHEALTHY = 2
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHealth:
+    health: Health
+    message: str = ""
+
+
+class PrepareError(Exception):
+    """A per-claim failure with a message for the kubelet; the other claims of a call go on."""
+
+
+class Driver(Protocol):
+    name: str  # the DRA driver name, e.g. "cpu.topodra.io"
+
+    def devices(self) -> Sequence[Device]:
+        """Devices to publish for this node now (re-evaluated on rescans)."""
+        ...
+
+    def prepare(
+        self, claim: ClaimRef, results: Sequence[AllocatedDevice], config: Sequence[OpaqueConfig]
+    ) -> Preparation:
+        """Make allocated devices usable for the claim; raise PrepareError for a bad claim."""
+        ...
+
+    def unprepare(self, claim: ClaimRef, preparation: Preparation) -> None:
+        """Release what prepare did; must succeed when it was already released."""
+        ...
+
+    def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:
+        """After a restart: learn which claims hold what, from the checkpoint."""
+        ...
+
+    def health(self) -> Mapping[str, DeviceHealth]:
+        """Health by device name; devices not listed are reported UNKNOWN."""
+        ...
