@@ -7,7 +7,8 @@ Who updates what, so nothing is counted twice:
   and `GRPC_DURATION` (one per call);
 - the claim core (`claims.ClaimManager`): `CLAIM_DURATION` (time spent on one claim) and
   `PREPARED_CLAIMS` (claims held now, set after load and after every change);
-- the publisher (`common/publisher`): `PUBLISHED_DEVICES`;
+- the publisher (`common/publisher`): `PUBLISHED_DEVICES`, `SLICE_WRITES`, `SLICE_ERRORS`,
+  `SLICE_LAST_SUCCESS`;
 - registration and health: `KUBELET_REGISTERED`, `HEALTH_STREAMS`.
 Every metric carries the DRA driver name as label `driver` (`serve all` runs several).
 """
@@ -49,3 +50,18 @@ KUBELET_REGISTERED = Gauge(
     "topodra_kubelet_registered", "1 once the kubelet confirmed registration, 0 otherwise.", ["driver"]
 )
 HEALTH_STREAMS = Gauge("topodra_health_streams", "Open NodeWatchResources streams.", ["driver"])
+SLICE_WRITES = Counter(
+    "topodra_resourceslice_writes",
+    "ResourceSlice writes accepted by the API server.",
+    ["driver", "verb"],  # verb: create | update | delete
+)
+SLICE_ERRORS = Counter(
+    "topodra_resourceslice_errors",
+    "Failed ResourceSlice API calls (writes, list, watch, node lookup).",
+    ["driver", "verb", "code"],  # code: HTTP status or "network"
+)
+SLICE_LAST_SUCCESS = Gauge(
+    "topodra_resourceslice_last_sync_success_timestamp_seconds",
+    "Unix time of the last sync that left the API server matching the desired slices.",
+    ["driver"],
+)
