@@ -1,0 +1,330 @@
+"""The driver's own record of prepared claims, in `--state-dir`, surviving crashes and reboots.
+
+The kubelet sends unprepare from its own checkpoint, possibly after the ResourceClaim is gone,
+so this file is the only place that knows what a claim holds. Each claim goes through two
+phases: `started` is written before the driver touches anything (so a crash leaves a record to
+roll back), `completed` after the driver and the CDI spec are done (so the answer can be
+repeated and the spec rewritten after a reboot).
+
+File `<driver>.checkpoint.json`:
+
+    {"format": "topodra.io/claim-checkpoint", "version": 1, "driver": "cpu.topodra.io",
+     "checksum": "sha256:<hex of the canonical JSON of {version, driver, claims}>",
+     "claims": {"<uid>": {"namespace", "name", "uid", "phase": "started"|"completed",
+                          "allocated": [{"request", "pool", "device", "shareID"?, "adminAccess"?,
+                                         "consumedCapacity"?}],
+                          "cdiFile": "<vendor>-<class>_<uid>.json",
+                          # completed only:
+                          "preparation": {"devices": [{"request", "pool", "device", "shareID"?,
+                                                       "containerEdits"}],
+                                          "containerEdits", "state"},
+                          "result": [{"requestNames", "pool", "device", "cdiDeviceIDs", "shareID"?}],
+                          "cdiSpec": {...the exact spec document written...}}}}
+
+Writes go through temp file + fsync + rename + fsync of the folder; `<driver>.lock` (flock)
+serializes whole operations between instances (e.g. during a rolling update).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from topodra.common.cdi.spec import atomic_write, edits_from_cdi, edits_to_cdi
+from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, Preparation, PreparedDevice
+from topodra.common.runtime.names import is_dns_subdomain
+from topodra.common.runtime.seams import ResultDevice
+
+log = logging.getLogger("topodra.runtime.checkpoint")
+
+FORMAT = "topodra.io/claim-checkpoint"
+VERSION = 1
+
+
+class Phase(enum.StrEnum):
+    STARTED = "started"
+    COMPLETED = "completed"
+
+
+class CheckpointError(Exception):
+    """The checkpoint cannot be used and must not be touched (e.g. written by a newer version)."""
+
+
+class LockTimeout(Exception):
+    """Another instance held the state lock for too long."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRecord:
+    claim: ClaimRef
+    phase: Phase
+    allocated: tuple[AllocatedDevice, ...]
+    cdi_file: str
+    preparation: Preparation | None = None
+    result: tuple[ResultDevice, ...] = ()
+    cdi_spec: Mapping[str, Any] = field(default_factory=dict)
+
+    def known_preparation(self) -> Preparation:
+        """What unprepare gets: the driver's answer, or (started only) just the allocated devices."""
+        if self.preparation is not None:
+            return self.preparation
+        return Preparation(
+            devices=tuple(
+                PreparedDevice(a.request, a.pool, a.device, share_id=a.share_id) for a in self.allocated
+            )
+        )
+
+
+# --- JSON mapping -------------------------------------------------------------------------------
+
+
+def _opt(out: dict[str, Any], key: str, value: Any) -> None:
+    if value:
+        out[key] = value
+
+
+def _allocated_to_json(a: AllocatedDevice) -> dict[str, Any]:
+    out: dict[str, Any] = {"request": a.request, "pool": a.pool, "device": a.device}
+    _opt(out, "shareID", a.share_id)
+    _opt(out, "adminAccess", a.admin_access)
+    _opt(out, "consumedCapacity", dict(a.consumed_capacity))
+    return out
+
+
+def _allocated_from_json(d: Mapping[str, Any]) -> AllocatedDevice:
+    return AllocatedDevice(
+        request=d["request"],
+        pool=d["pool"],
+        device=d["device"],
+        share_id=d.get("shareID"),
+        consumed_capacity=dict(d.get("consumedCapacity", {})),
+        admin_access=bool(d.get("adminAccess", False)),
+    )
+
+
+def preparation_to_json(p: Preparation) -> dict[str, Any]:
+    devices = []
+    for d in p.devices:
+        out: dict[str, Any] = {"request": d.request, "pool": d.pool, "device": d.device}
+        _opt(out, "shareID", d.share_id)
+        out["containerEdits"] = edits_to_cdi(d.edits)
+        devices.append(out)
+    return {"devices": devices, "containerEdits": edits_to_cdi(p.claim_edits), "state": dict(p.state)}
+
+
+def preparation_from_json(d: Mapping[str, Any]) -> Preparation:
+    return Preparation(
+        devices=tuple(
+            PreparedDevice(
+                request=x["request"],
+                pool=x["pool"],
+                device=x["device"],
+                edits=edits_from_cdi(x.get("containerEdits", {})),
+                share_id=x.get("shareID"),
+            )
+            for x in d.get("devices", ())
+        ),
+        claim_edits=edits_from_cdi(d.get("containerEdits", {})),
+        state=dict(d.get("state", {})),
+    )
+
+
+def _result_to_json(r: ResultDevice) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "requestNames": list(r.request_names),
+        "pool": r.pool,
+        "device": r.device,
+        "cdiDeviceIDs": list(r.cdi_device_ids),
+    }
+    _opt(out, "shareID", r.share_id)
+    return out
+
+
+def _result_from_json(d: Mapping[str, Any]) -> ResultDevice:
+    return ResultDevice(
+        request_names=tuple(d["requestNames"]),
+        pool=d["pool"],
+        device=d["device"],
+        cdi_device_ids=tuple(d["cdiDeviceIDs"]),
+        share_id=d.get("shareID"),
+    )
+
+
+def record_to_json(r: ClaimRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "namespace": r.claim.namespace,
+        "name": r.claim.name,
+        "uid": r.claim.uid,
+        "phase": r.phase.value,
+        "allocated": [_allocated_to_json(a) for a in r.allocated],
+        "cdiFile": r.cdi_file,
+    }
+    if r.preparation is not None:
+        out["preparation"] = preparation_to_json(r.preparation)
+    if r.phase is Phase.COMPLETED:
+        out["result"] = [_result_to_json(x) for x in r.result]
+        out["cdiSpec"] = dict(r.cdi_spec)
+    return out
+
+
+def record_from_json(d: Mapping[str, Any]) -> ClaimRecord:
+    prep = d.get("preparation")
+    return ClaimRecord(
+        claim=ClaimRef(d["namespace"], d["name"], d["uid"]),
+        phase=Phase(d["phase"]),
+        allocated=tuple(_allocated_from_json(a) for a in d["allocated"]),
+        cdi_file=d["cdiFile"],
+        preparation=None if prep is None else preparation_from_json(prep),
+        result=tuple(_result_from_json(x) for x in d.get("result", ())),
+        cdi_spec=dict(d.get("cdiSpec", {})),
+    )
+
+
+def _checksum(driver: str, claims: Mapping[str, Any]) -> str:
+    body = json.dumps(
+        {"version": VERSION, "driver": driver, "claims": claims}, sort_keys=True, separators=(",", ":")
+    )
+    return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+
+def encode(driver: str, records: Mapping[str, ClaimRecord]) -> bytes:
+    claims = {uid: record_to_json(r) for uid, r in sorted(records.items())}
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "driver": driver,
+        "checksum": _checksum(driver, claims),
+        "claims": claims,
+    }
+    return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
+
+
+class _Corrupt(Exception):
+    pass
+
+
+def decode(driver: str, data: bytes) -> dict[str, ClaimRecord]:
+    """Raises _Corrupt for damage, CheckpointError for a file we must not interpret."""
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _Corrupt(f"not JSON: {e}") from e
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise _Corrupt("not a topodra claim checkpoint")
+    version = doc.get("version")
+    if not isinstance(version, int):
+        raise _Corrupt("no version")
+    if version > VERSION:
+        raise CheckpointError(f"checkpoint version {version} is newer than this program's {VERSION}")
+    if doc.get("driver") != driver:
+        raise _Corrupt(f"checkpoint is for driver {doc.get('driver')!r}, not {driver!r}")
+    claims = doc.get("claims")
+    if not isinstance(claims, dict):
+        raise _Corrupt("no claims object")
+    if doc.get("checksum") != _checksum(driver, claims):
+        raise _Corrupt("checksum mismatch")
+    try:
+        records = {uid: record_from_json(c) for uid, c in claims.items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise _Corrupt(f"malformed claim entry: {type(e).__name__}: {e}") from e
+    for uid, r in records.items():
+        if r.claim.uid != uid:
+            raise _Corrupt(f"claim entry {uid!r} carries uid {r.claim.uid!r}")
+    return records
+
+
+class Checkpoint:
+    """One driver's checkpoint file and lock in a state folder (created 0700, files 0600)."""
+
+    def __init__(self, state_dir: Path, driver_name: str, lock_timeout: float = 30.0) -> None:
+        if not is_dns_subdomain(driver_name):
+            raise ValueError(f"driver name {driver_name!r} is not a DNS subdomain")
+        self.state_dir = state_dir
+        self.driver = driver_name
+        self.path = state_dir / f"{driver_name}.checkpoint.json"
+        self.lock_path = state_dir / f"{driver_name}.lock"
+        self._lock_timeout = lock_timeout
+        self._identity: tuple[int, int, int, int] | None = None
+
+    def ensure_dir(self) -> None:
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.state_dir.stat().st_uid == os.getuid():
+            os.chmod(self.state_dir, 0o700)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the cross-process lock for one whole operation."""
+        self.ensure_dir()
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            deadline = time.monotonic() + self._lock_timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as e:
+                    if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        raise
+                    if time.monotonic() > deadline:
+                        raise LockTimeout(
+                            f"another instance holds {self.lock_path} for more than {self._lock_timeout:.0f}s"
+                        ) from e
+                    time.sleep(0.002)
+            yield
+        finally:
+            os.close(fd)  # releases the flock
+
+    def _stat_identity(self) -> tuple[int, int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def changed_on_disk(self) -> bool:
+        """True when someone else wrote the file since our last load or save (call under lock)."""
+        return self._stat_identity() != self._identity
+
+    def load(self) -> tuple[dict[str, ClaimRecord], bool]:
+        """(records, clean). A damaged file is renamed aside and ([], False) returned: its claims
+        are then unknown, so callers must not delete anything on the assumption it is complete."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            self._identity = None
+            return {}, True
+        try:
+            records = decode(self.driver, data)
+        except _Corrupt as e:
+            aside = self.path.with_name(
+                f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+            )
+            os.replace(self.path, aside)
+            log.error(
+                "checkpoint %s is corrupt (%s); kept aside as %s and starting without it: claims it "
+                "recorded are unknown to this driver until the kubelet sends them again",
+                self.path,
+                e,
+                aside,
+                extra={"checkpoint": str(self.path), "aside": str(aside)},
+            )
+            self._identity = None
+            return {}, False
+        self._identity = self._stat_identity()
+        return records, True
+
+    def save(self, records: Mapping[str, ClaimRecord]) -> None:
+        self.ensure_dir()
+        atomic_write(self.path, encode(self.driver, records))
+        self._identity = self._stat_identity()

@@ -1,0 +1,670 @@
+"""The claim-processing core: prepare and unprepare ResourceClaims for one driver.
+
+The kubelet sends only claim references; this module GETs each claim, checks that it is really
+ours and really allocated here, guards against a device being given to two claims (the driver
+is the last line of defence), calls the driver, writes the claim's CDI spec and keeps the
+checkpoint. Every claim is handled on its own: a bad claim gets an error string naming it,
+the other claims of the same call go on. Operations are serialized per driver (a thread lock
+inside the process, the checkpoint's file lock between processes).
+
+CDI naming: kind `<driver name>/claim` (vendor = driver domain, class = `claim`), one file per
+claim `<driver name>-claim_<claim uid>.json`, one CDI device per allocation result named
+`<claim uid>-<device>` (plus `-<shareID>` for a shared device); claim-wide edits go into the
+spec-level `containerEdits`, which CDI applies whenever any device of the spec is requested.
+Each CDI device also carries `TOPODRA_<DRIVER>_DEVICE_<DEVICE>=<claim uid>` so that no device is
+ever empty (CDI consumers reject devices without edits) and a workload can see what it got.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from topodra.common.cdi.edits import ContainerEdits
+from topodra.common.cdi.spec import CdiWriter, SpecDevice, SpecError, build_spec
+from topodra.common.device import Device
+from topodra.common.runtime.checkpoint import Checkpoint, ClaimRecord, LockTimeout, Phase
+from topodra.common.runtime.claimsource import ClaimNotFound, ClaimSource, ClaimSourceError
+from topodra.common.runtime.driver import (
+    AllocatedDevice,
+    ClaimRef,
+    Driver,
+    OpaqueConfig,
+    Preparation,
+    PrepareError,
+)
+from topodra.common.runtime.names import (
+    is_dns_label,
+    is_dns_subdomain,
+    is_request_name,
+    is_uid,
+    main_request,
+)
+from topodra.common.runtime.seams import ClaimOutcome, ResultDevice
+
+log = logging.getLogger("topodra.runtime.claims")
+
+CDI_CLASS = "claim"
+CONFIG_SOURCES = ("FromClass", "FromClaim")
+
+
+def cdi_kind(driver_name: str) -> str:
+    return f"{driver_name}/{CDI_CLASS}"
+
+
+class ClaimFailure(Exception):
+    """A per-claim failure before any side effect; its text is the kubelet's error string."""
+
+
+def _label(claim: ClaimRef) -> str:
+    return f"claim {claim.namespace}/{claim.name} (uid {claim.uid})"
+
+
+def _extra(claim: ClaimRef, **more: Any) -> dict[str, Any]:
+    return {"claim": f"{claim.namespace}/{claim.name}", "claim_uid": claim.uid, **more}
+
+
+def _env_token(value: str) -> str:
+    return re.sub(r"[^A-Z0-9]", "_", value.upper())
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """A claim that passed every check, ready for the driver."""
+
+    claim: ClaimRef
+    allocated: tuple[AllocatedDevice, ...]
+    configs: tuple[OpaqueConfig, ...]
+
+
+@dataclass(slots=True)
+class ReconcileReport:
+    unprepared: list[str]
+    kept: list[str]
+    unreachable: bool
+
+
+class _Metrics:
+    """Increments the shared runtime metrics when that module is present (it belongs to the gRPC
+    plane); absent or different, the core still works."""
+
+    def __init__(self, driver: str) -> None:
+        self._driver = driver
+        try:
+            from topodra.common.runtime import metrics
+        except ImportError:
+            self._m: Any = None
+        else:
+            self._m = metrics
+
+    def _call(self, name: str, *args: Any) -> None:
+        fn = getattr(self._m, name, None) if self._m is not None else None
+        if callable(fn):
+            with contextlib.suppress(Exception):
+                fn(self._driver, *args)
+
+    def prepare(self, seconds: float, ok: bool) -> None:
+        self._call("observe_prepare", seconds, ok)
+
+    def unprepare(self, seconds: float, ok: bool) -> None:
+        self._call("observe_unprepare", seconds, ok)
+
+    def prepared(self, count: int) -> None:
+        self._call("set_prepared_claims", count)
+
+
+class ClaimManager:
+    """Implements `ClaimProcessor` (seams.py) for one driver.
+
+    `pools` are this node's pool names (default: the node name, the convention of node-local
+    drivers). Call `start()` once before serving; it recovers from the checkpoint.
+    """
+
+    def __init__(
+        self,
+        driver: Driver,
+        node_name: str,
+        claim_source: ClaimSource,
+        checkpoint: Checkpoint,
+        cdi_writer: CdiWriter,
+        *,
+        pools: Sequence[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if cdi_writer.kind != cdi_kind(driver.name):
+            raise ValueError(f"CDI writer kind {cdi_writer.kind!r} is not {cdi_kind(driver.name)!r}")
+        if checkpoint.driver != driver.name:
+            raise ValueError(f"checkpoint is for {checkpoint.driver!r}, driver is {driver.name!r}")
+        self.driver = driver
+        self.node_name = node_name
+        self.pools = frozenset(pools if pools is not None else (node_name,))
+        self._source = claim_source
+        self._checkpoint = checkpoint
+        self._cdi = cdi_writer
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._records: dict[str, ClaimRecord] = {}
+        self._started = False
+        self._clean_load = True
+        self._metrics = _Metrics(driver.name)
+        self._stop = threading.Event()
+        self._reconciler: threading.Thread | None = None
+
+    @classmethod
+    def create(
+        cls,
+        driver: Driver,
+        node_name: str,
+        claim_source: ClaimSource,
+        state_dir: Path,
+        cdi_root: Path,
+        **kwargs: Any,
+    ) -> ClaimManager:
+        return cls(
+            driver,
+            node_name,
+            claim_source,
+            Checkpoint(state_dir, driver.name),
+            CdiWriter(cdi_root, cdi_kind(driver.name)),
+            **kwargs,
+        )
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _serialized(self) -> Iterator[None]:
+        with self._lock, self._checkpoint.locked():
+            if not self._started:
+                self._recover()
+            elif self._checkpoint.changed_on_disk():
+                self._reload()
+            yield
+
+    def start(self) -> ReconcileReport:
+        """Recover from the checkpoint, then reconcile with the API server once."""
+        with self._serialized():
+            pass
+        return self.reconcile()
+
+    def _reload(self) -> None:
+        """Another instance changed the checkpoint: adopt its view, tell the driver."""
+        records, _ = self._checkpoint.load()
+        self._records = records
+        log.info("checkpoint changed by another instance; reloaded %d claims", len(records))
+        self.driver.restore(self._completed_preparations())
+
+    def _completed_preparations(self) -> dict[ClaimRef, Preparation]:
+        return {r.claim: r.known_preparation() for r in self._records.values() if r.phase is Phase.COMPLETED}
+
+    def _recover(self) -> None:
+        records, clean = self._checkpoint.load()
+        self._records = dict(records)
+        self._clean_load = clean
+        self._started = True
+        for path in self._cdi.remove_stale_temps():
+            log.info("removed stale CDI temp file %s", path)
+        for rec in list(self._records.values()):
+            if rec.phase is Phase.STARTED:
+                log.warning(
+                    "%s: prepare was interrupted; rolling back", _label(rec.claim), extra=_extra(rec.claim)
+                )
+                self._rollback(rec)
+        self.driver.restore(self._completed_preparations())
+        for rec in self._records.values():
+            if rec.phase is Phase.COMPLETED:
+                self._ensure_spec(rec)
+        if clean:
+            known = {r.claim.uid for r in self._records.values()}
+            for spec_id in self._cdi.list_ids():
+                if spec_id not in known:
+                    self._cdi.remove(spec_id)
+                    log.info("removed CDI spec of unknown claim uid %s", spec_id)
+        self._save_best_effort()
+        self._metrics.prepared(self._count_completed())
+        log.info(
+            "recovered %d prepared claims from %s",
+            self._count_completed(),
+            self._checkpoint.path,
+            extra={"driver": self.driver.name},
+        )
+
+    def _ensure_spec(self, rec: ClaimRecord) -> None:
+        """A reboot empties /var/run/cdi: put the exact spec back if it is missing or differs."""
+        spec_id = rec.claim.uid
+        try:
+            if self._cdi.read(spec_id) != rec.cdi_spec:
+                self._cdi.write(spec_id, rec.cdi_spec)
+                log.info("rewrote CDI spec for %s", _label(rec.claim), extra=_extra(rec.claim))
+        except (OSError, ValueError) as e:
+            log.error("%s: cannot rewrite CDI spec: %s", _label(rec.claim), e, extra=_extra(rec.claim))
+
+    def _save_best_effort(self) -> None:
+        try:
+            self._checkpoint.save(self._records)
+        except OSError as e:
+            log.error("cannot write checkpoint %s: %s", self._checkpoint.path, e)
+
+    def _count_completed(self) -> int:
+        return sum(1 for r in self._records.values() if r.phase is Phase.COMPLETED)
+
+    def _rollback(self, rec: ClaimRecord) -> bool:
+        """Undo a started-only claim. On failure the record stays (its devices stay held)."""
+        try:
+            self.driver.unprepare(rec.claim, rec.known_preparation())
+            self._cdi.remove(rec.claim.uid)
+        except Exception as e:
+            log.error(
+                "%s: rollback failed, devices stay reserved, will retry: %s",
+                _label(rec.claim),
+                e,
+                extra=_extra(rec.claim),
+            )
+            return False
+        self._records.pop(rec.claim.uid, None)
+        return True
+
+    def start_reconciler(self, interval: float = 60.0) -> None:
+        """Reconcile in a daemon thread every `interval` seconds until `close()`."""
+
+        def loop() -> None:
+            while not self._stop.wait(interval):
+                try:
+                    self.reconcile()
+                except Exception:
+                    log.exception("reconcile failed; will retry")
+
+        self._reconciler = threading.Thread(target=loop, name=f"reconcile-{self.driver.name}", daemon=True)
+        self._reconciler.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._reconciler is not None:
+            self._reconciler.join(timeout=5)
+
+    # --- queries ------------------------------------------------------------------------------
+
+    def prepared(self) -> dict[str, ClaimRecord]:
+        """A snapshot of the checkpointed claims (completed and started), by uid."""
+        with self._lock:
+            return dict(self._records)
+
+    # --- prepare ------------------------------------------------------------------------------
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
+        out: dict[str, ClaimOutcome] = {}
+        try:
+            with self._serialized():
+                here = {d.name: d for d in self.driver.devices()}
+                for claim in claims:
+                    if claim.uid in out:
+                        continue
+                    t0 = self._clock()
+                    outcome = self._prepare_one(claim, here)
+                    self._metrics.prepare(self._clock() - t0, not outcome.error)
+                    out[claim.uid] = outcome
+                self._metrics.prepared(self._count_completed())
+        except LockTimeout as e:
+            for claim in claims:
+                out.setdefault(claim.uid, ClaimOutcome(error=f"{_label(claim)}: {e}"))
+        return out
+
+    def _prepare_one(self, claim: ClaimRef, here: Mapping[str, Device]) -> ClaimOutcome:
+        try:
+            _check_ref(claim)
+            rec = self._records.get(claim.uid)
+            if rec is not None and rec.phase is Phase.COMPLETED:
+                self._ensure_spec(rec)
+                log.debug("%s: already prepared", _label(claim), extra=_extra(claim))
+                return ClaimOutcome(devices=rec.result)
+            if rec is not None and not self._rollback(rec):
+                raise ClaimFailure(
+                    f"{_label(claim)}: an earlier interrupted prepare could not be rolled back"
+                )
+            checked = self._check(claim, here)
+            return self._run_prepare(checked)
+        except ClaimFailure as e:
+            log.warning("prepare refused: %s", e, extra=_extra(claim))
+            return ClaimOutcome(error=str(e))
+
+    def _check(self, claim: ClaimRef, here: Mapping[str, Device]) -> _Checked:
+        """Everything that can be decided without side effects."""
+        try:
+            obj = self._source.get(claim.namespace, claim.name)
+        except ClaimNotFound as e:
+            raise ClaimFailure(f"{_label(claim)}: not found in the API server") from e
+        except ClaimSourceError as e:
+            raise ClaimFailure(
+                f"{_label(claim)}: cannot read it from the API server, retry later: {e}"
+            ) from e
+        meta = obj.get("metadata") or {}
+        got_uid = meta.get("uid")
+        if got_uid != claim.uid:
+            raise ClaimFailure(f"{_label(claim)}: got replaced, the API server has uid {got_uid!r}")
+        allocation = (obj.get("status") or {}).get("allocation")
+        if not isinstance(allocation, Mapping):
+            raise ClaimFailure(f"{_label(claim)}: not allocated")
+        devices = allocation.get("devices") or {}
+        if not isinstance(devices, Mapping):
+            raise ClaimFailure(f"{_label(claim)}: status.allocation.devices is not an object")
+        results = devices.get("results") or []
+        if not isinstance(results, list):
+            raise ClaimFailure(f"{_label(claim)}: status.allocation.devices.results is not a list")
+        allocated = tuple(
+            _parse_result(claim, i, r)
+            for i, r in enumerate(results)
+            if isinstance(r, Mapping) and r.get("driver") == self.driver.name
+        )
+        if not allocated:
+            raise ClaimFailure(f"{_label(claim)}: no device of driver {self.driver.name} is allocated")
+        for a in allocated:
+            if a.pool not in self.pools:
+                raise ClaimFailure(
+                    f"{_label(claim)}: device {a.device!r} is allocated from pool {a.pool!r}, which is "
+                    f"not this node's ({', '.join(sorted(self.pools))})"
+                )
+            if a.device not in here:
+                raise ClaimFailure(
+                    f"{_label(claim)}: device {a.device!r} does not exist on node {self.node_name}"
+                )
+        self._check_conflicts(claim, allocated, here)
+        configs = _parse_configs(claim, self.driver.name, devices.get("config") or [], allocated)
+        return _Checked(claim, allocated, configs)
+
+    def _check_conflicts(
+        self, claim: ClaimRef, allocated: Sequence[AllocatedDevice], here: Mapping[str, Device]
+    ) -> None:
+        for a in allocated:
+            if a.admin_access:
+                continue  # admin access is meant to coexist with other users of the device
+            shareable = here[a.device].allow_multiple_allocations
+            for other in self._records.values():
+                if other.claim.uid == claim.uid:
+                    continue
+                for b in other.allocated:
+                    if b.admin_access or (b.pool, b.device) != (a.pool, a.device):
+                        continue
+                    if shareable and a.share_id and b.share_id and a.share_id != b.share_id:
+                        continue
+                    raise ClaimFailure(
+                        f"{_label(claim)}: device {a.device!r} (pool {a.pool!r}) is already held by claim "
+                        f"{other.claim.namespace}/{other.claim.name} (uid {other.claim.uid})"
+                    )
+
+    def _run_prepare(self, c: _Checked) -> ClaimOutcome:
+        claim = c.claim
+        started = ClaimRecord(
+            claim=claim, phase=Phase.STARTED, allocated=c.allocated, cdi_file=self._cdi.file_name(claim.uid)
+        )
+        self._records[claim.uid] = started
+        try:
+            self._checkpoint.save(self._records)
+        except OSError as e:
+            self._records.pop(claim.uid, None)
+            raise ClaimFailure(f"{_label(claim)}: cannot write checkpoint: {e}") from e
+
+        try:
+            prep = self.driver.prepare(claim, c.allocated, c.configs)
+            json.dumps(dict(prep.state))  # must survive the checkpoint
+            spec, result = self._spec_for(claim, c.allocated, prep)
+            self._cdi.write(claim.uid, spec)
+        except Exception as e:
+            message = _driver_message(claim, e)
+            self._rollback_or_keep(started)
+            raise ClaimFailure(message) from e
+
+        done = replace(started, phase=Phase.COMPLETED, preparation=prep, result=result, cdi_spec=spec)
+        self._records[claim.uid] = done
+        try:
+            self._checkpoint.save(self._records)
+        except OSError as e:
+            self._records[claim.uid] = started
+            self._rollback_or_keep(started)
+            raise ClaimFailure(f"{_label(claim)}: cannot write checkpoint: {e}") from e
+        for r in result:
+            log.info(
+                "prepared %s device %s",
+                _label(claim),
+                r.device,
+                extra=_extra(claim, device=r.device, pool=r.pool, cdi_ids=list(r.cdi_device_ids)),
+            )
+        return ClaimOutcome(devices=result)
+
+    def _rollback_or_keep(self, started: ClaimRecord) -> None:
+        if self._rollback(started):
+            with contextlib.suppress(OSError):
+                self._checkpoint.save(self._records)
+
+    def _spec_for(
+        self, claim: ClaimRef, allocated: Sequence[AllocatedDevice], prep: Preparation
+    ) -> tuple[dict[str, Any], tuple[ResultDevice, ...]]:
+        kind = self._cdi.kind
+        by_key = {(d.request, d.pool, d.device, d.share_id): d for d in prep.devices}
+        by_dev = {(d.pool, d.device, d.share_id): d for d in prep.devices}
+        wanted = {(a.pool, a.device, a.share_id) for a in allocated}
+        for d in prep.devices:
+            if (d.pool, d.device, d.share_id) not in wanted:
+                raise PrepareError(
+                    f"driver returned device {d.device!r} (pool {d.pool!r}) that is not allocated"
+                )
+        driver_token = _env_token(self.driver.name.split(".", 1)[0])
+        spec_devices: dict[str, SpecDevice] = {}
+        result = []
+        for a in allocated:
+            prepared = by_key.get((a.request, a.pool, a.device, a.share_id)) or by_dev.get(
+                (a.pool, a.device, a.share_id)
+            )
+            name = f"{claim.uid}-{a.device}" + (f"-{a.share_id}" if a.share_id else "")
+            if name not in spec_devices:
+                edits = prepared.edits if prepared is not None else ContainerEdits()
+                marker = f"TOPODRA_{driver_token}_DEVICE_{_env_token(a.device)}={claim.uid}"
+                spec_devices[name] = SpecDevice(name, replace(edits, env=(*edits.env, marker)))
+            result.append(
+                ResultDevice(
+                    request_names=(main_request(a.request),),
+                    pool=a.pool,
+                    device=a.device,
+                    cdi_device_ids=(f"{kind}={name}",),
+                    share_id=a.share_id,
+                )
+            )
+        spec = build_spec(kind, list(spec_devices.values()), prep.claim_edits)
+        return spec, tuple(result)
+
+    # --- unprepare ----------------------------------------------------------------------------
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        try:
+            with self._serialized():
+                for claim in claims:
+                    if claim.uid in out:
+                        continue
+                    t0 = self._clock()
+                    out[claim.uid] = self._unprepare_one(claim)
+                    self._metrics.unprepare(self._clock() - t0, not out[claim.uid])
+                self._metrics.prepared(self._count_completed())
+        except LockTimeout as e:
+            for claim in claims:
+                out.setdefault(claim.uid, f"{_label(claim)}: {e}")
+        return out
+
+    def _unprepare_one(self, claim: ClaimRef) -> str:
+        rec = self._records.get(claim.uid)
+        if rec is None:
+            log.debug("%s: not prepared here, nothing to do", _label(claim), extra=_extra(claim))
+            return ""
+        try:
+            self.driver.unprepare(rec.claim, rec.known_preparation())
+        except Exception as e:
+            message = f"{_label(rec.claim)}: driver unprepare failed: {e}"
+            log.error("%s", message, extra=_extra(rec.claim))
+            return message
+        try:
+            self._cdi.remove(rec.claim.uid)
+            del self._records[claim.uid]
+            self._checkpoint.save(self._records)
+        except OSError as e:
+            self._records[claim.uid] = rec
+            message = f"{_label(rec.claim)}: cannot remove CDI spec or update checkpoint: {e}"
+            log.error("%s", message, extra=_extra(rec.claim))
+            return message
+        for a in rec.allocated:
+            log.info(
+                "unprepared %s device %s",
+                _label(rec.claim),
+                a.device,
+                extra=_extra(rec.claim, device=a.device),
+            )
+        return ""
+
+    # --- reconcile ----------------------------------------------------------------------------
+
+    def reconcile(self) -> ReconcileReport:
+        """Unprepare claims that are gone or no longer allocated to this node; retry rollbacks.
+
+        GETs run outside the lock so an unreachable API server never blocks prepare; the first
+        unreachable answer ends the round (keep everything, retry next time).
+        """
+        with self._serialized():
+            for rec in list(self._records.values()):
+                if rec.phase is Phase.STARTED:
+                    self._rollback(rec)
+            snapshot = [r for r in self._records.values() if r.phase is Phase.COMPLETED]
+            self._save_best_effort()
+        report = ReconcileReport(unprepared=[], kept=[], unreachable=False)
+        stale: list[tuple[ClaimRecord, str]] = []
+        for rec in snapshot:
+            try:
+                obj = self._source.get(rec.claim.namespace, rec.claim.name)
+            except ClaimNotFound:
+                stale.append((rec, "deleted"))
+                continue
+            except ClaimSourceError as e:
+                log.warning("reconcile: API server unreachable, keeping every claim: %s", e)
+                report.unreachable = True
+                break
+            reason = self._stale_reason(rec, obj)
+            if reason:
+                stale.append((rec, reason))
+            else:
+                report.kept.append(rec.claim.uid)
+        if stale:
+            with self._serialized():
+                for old, reason in stale:
+                    if self._records.get(old.claim.uid) is not old:
+                        continue  # changed meanwhile (unprepared or re-prepared): leave it
+                    log.info(
+                        "reconcile: %s is %s; unpreparing", _label(old.claim), reason, extra=_extra(old.claim)
+                    )
+                    if not self._unprepare_one(old.claim):
+                        report.unprepared.append(old.claim.uid)
+                self._metrics.prepared(self._count_completed())
+        return report
+
+    def _stale_reason(self, rec: ClaimRecord, obj: Mapping[str, Any]) -> str:
+        if (obj.get("metadata") or {}).get("uid") != rec.claim.uid:
+            return "deleted and re-created under the same name"
+        allocation = (obj.get("status") or {}).get("allocation")
+        if not isinstance(allocation, Mapping):
+            return "no longer allocated"
+        results = ((allocation.get("devices") or {}).get("results")) or []
+        ours = {
+            (r.get("pool"), r.get("device"))
+            for r in results
+            if isinstance(r, Mapping) and r.get("driver") == self.driver.name
+        }
+        if not any((a.pool, a.device) in ours for a in rec.allocated):
+            return "no longer allocated to this node"
+        return ""
+
+
+# --- parsing helpers (pure) ---------------------------------------------------------------------
+
+
+def _check_ref(claim: ClaimRef) -> None:
+    if not is_uid(claim.uid):
+        raise ClaimFailure(f"{_label(claim)}: refusing a claim uid that is not a lowercase RFC 4122 UUID")
+    if not is_dns_label(claim.namespace):
+        raise ClaimFailure(f"{_label(claim)}: namespace is not a DNS label")
+    if not is_dns_subdomain(claim.name):
+        raise ClaimFailure(f"{_label(claim)}: name is not a DNS subdomain")
+
+
+def _parse_result(claim: ClaimRef, index: int, r: Mapping[str, Any]) -> AllocatedDevice:
+    where = f"{_label(claim)}: status.allocation.devices.results[{index}]"
+    request, pool, device = r.get("request"), r.get("pool"), r.get("device")
+    if not isinstance(request, str) or not is_request_name(request):
+        raise ClaimFailure(f"{where}: request {request!r} is not a request name")
+    if not isinstance(pool, str) or not pool:
+        raise ClaimFailure(f"{where}: pool {pool!r} is not a pool name")
+    if not isinstance(device, str) or not is_dns_label(device):
+        raise ClaimFailure(f"{where}: device name {device!r} is not a DNS label; refusing")
+    share_id = r.get("shareID")
+    if share_id is not None and (not isinstance(share_id, str) or not is_uid(share_id)):
+        raise ClaimFailure(f"{where}: shareID {share_id!r} is not a lowercase RFC 4122 UUID; refusing")
+    consumed = r.get("consumedCapacity") or {}
+    if not isinstance(consumed, Mapping):
+        raise ClaimFailure(f"{where}: consumedCapacity is not an object")
+    return AllocatedDevice(
+        request=request,
+        pool=pool,
+        device=device,
+        share_id=share_id,
+        consumed_capacity={str(k): str(v) for k, v in consumed.items()},
+        admin_access=r.get("adminAccess") is True,
+    )
+
+
+def _parse_configs(
+    claim: ClaimRef, driver: str, entries: Any, allocated: Sequence[AllocatedDevice]
+) -> tuple[OpaqueConfig, ...]:
+    """Our opaque configs that apply to at least one of our results, class ones first."""
+    if not isinstance(entries, list):
+        raise ClaimFailure(f"{_label(claim)}: status.allocation.devices.config is not a list")
+    ours: list[OpaqueConfig] = []
+    for i, e in enumerate(entries):
+        where = f"{_label(claim)}: status.allocation.devices.config[{i}]"
+        if not isinstance(e, Mapping):
+            raise ClaimFailure(f"{where}: is not an object")
+        opaque = e.get("opaque")
+        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver:
+            continue
+        source = e.get("source")
+        if source not in CONFIG_SOURCES:
+            raise ClaimFailure(f"{where}: source {source!r} is not one of {', '.join(CONFIG_SOURCES)}")
+        requests = e.get("requests") or []
+        if not isinstance(requests, list) or not all(isinstance(x, str) for x in requests):
+            raise ClaimFailure(f"{where}: requests must be a list of request names")
+        params = opaque.get("parameters")
+        if not isinstance(params, Mapping):
+            raise ClaimFailure(f"{where}: opaque.parameters must be a JSON object")
+        cfg = OpaqueConfig(source=source, requests=tuple(requests), parameters=params)
+        if not cfg.requests or any(
+            r == a.request or r == main_request(a.request) for a in allocated for r in cfg.requests
+        ):
+            ours.append(cfg)
+    ours.sort(key=lambda c: CONFIG_SOURCES.index(c.source))  # stable: class before claim
+    return tuple(ours)
+
+
+def _driver_message(claim: ClaimRef, e: BaseException) -> str:
+    if isinstance(e, PrepareError):
+        text = str(e)
+        # drivers' ConfigErrors already name the claim; do not say it twice
+        return text if text.startswith("claim ") else f"{_label(claim)}: {text}"
+    if isinstance(e, SpecError):
+        return f"{_label(claim)}: driver produced an invalid CDI spec: {e}"
+    if isinstance(e, TypeError | ValueError) and "JSON" in str(e):
+        return f"{_label(claim)}: driver state is not JSON data: {e}"
+    if isinstance(e, OSError):
+        return f"{_label(claim)}: cannot write CDI spec: {e}"
+    log.exception("driver prepare crashed for %s", _label(claim), extra=_extra(claim))
+    return f"{_label(claim)}: driver error: {type(e).__name__}: {e}"
