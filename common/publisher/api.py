@@ -1,0 +1,199 @@
+"""The publisher's only contact with the API server, over the official `kubernetes` client.
+
+Objects travel as plain JSON dicts (the client's `ApiClient` does transport, auth and TLS; we do
+not round-trip through its generated models) so that what we compare and send is byte for byte
+what the server returns and stores, including fields newer than the client's models. Every
+failure becomes an `ApiError` with the HTTP status (None for a network failure) and any
+`Retry-After`, which is all the retry logic needs.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+from urllib.parse import quote
+
+SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+class ApiError(Exception):
+    def __init__(self, verb: str, status: int | None, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(f"{verb}: {status or 'network error'}: {reason}")
+        self.verb = verb
+        self.status = status
+        self.reason = reason
+        self.retry_after = retry_after
+
+    @property
+    def code(self) -> str:
+        """Metric label: the HTTP status, or "network"."""
+        return str(self.status) if self.status is not None else "network"
+
+
+class WatchStream(Protocol):
+    def __iter__(self) -> Iterator[dict[str, Any]]: ...
+    def stop(self) -> None: ...
+
+
+class SliceApi(Protocol):
+    """What the publisher needs from the API server; `KubeSliceApi` is the real one."""
+
+    def get_node(self, name: str) -> dict[str, Any]: ...
+    def list_slices(self, field_selector: str) -> tuple[list[dict[str, Any]], str]: ...
+    def watch_slices(
+        self, field_selector: str, resource_version: str, timeout_seconds: int
+    ) -> WatchStream: ...
+    def create_slice(self, body: Mapping[str, Any]) -> dict[str, Any]: ...
+    def replace_slice(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+    def delete_slice(self, name: str, uid: str, resource_version: str) -> None: ...
+
+
+class KubeSliceApi:
+    """SliceApi over a `kubernetes.client.ApiClient`; counts accepted writes by verb."""
+
+    def __init__(
+        self, api_client: Any, *, field_manager: str = "topodra", request_timeout: float = 20.0
+    ) -> None:
+        self._client = api_client
+        self._field_manager = field_manager
+        self._timeout = request_timeout
+        self._lock = threading.Lock()
+        self.writes: Counter[str] = Counter()
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        return self._call("get-node", "GET", f"/api/v1/nodes/{quote(name, safe='')}")
+
+    def list_slices(self, field_selector: str) -> tuple[list[dict[str, Any]], str]:
+        out = self._call("list", "GET", SLICES_PATH, query={"fieldSelector": field_selector})
+        return list(out.get("items") or []), str((out.get("metadata") or {}).get("resourceVersion", ""))
+
+    def watch_slices(self, field_selector: str, resource_version: str, timeout_seconds: int) -> WatchStream:
+        return _KubeWatch(self._client, field_selector, resource_version, timeout_seconds)
+
+    def create_slice(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        query = {"fieldManager": self._field_manager}
+        out = self._call("create", "POST", SLICES_PATH, body=body, query=query)
+        self._count("create")
+        return out
+
+    def replace_slice(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        path = f"{SLICES_PATH}/{quote(name, safe='')}"
+        out = self._call("update", "PUT", path, body=body, query={"fieldManager": self._field_manager})
+        self._count("update")
+        return out
+
+    def delete_slice(self, name: str, uid: str, resource_version: str) -> None:
+        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions}
+        try:
+            self._call("delete", "DELETE", f"{SLICES_PATH}/{quote(name, safe='')}", body=body)
+        except ApiError as err:
+            if err.status != 404:
+                raise
+            return  # already gone: the goal of a delete
+        self._count("delete")
+
+    def _count(self, verb: str) -> None:
+        with self._lock:
+            self.writes[verb] += 1
+
+    def _call(
+        self,
+        verb: str,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        query: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        try:
+            params = self._client.param_serialize(
+                method=method,
+                resource_path=path,
+                query_params=list((query or {}).items()),
+                header_params=headers,
+                body=dict(body) if body is not None else None,
+                auth_settings=["BearerToken"],
+            )
+            response = self._client.call_api(*params, _request_timeout=self._timeout)
+            data = response.read()
+        except Exception as err:
+            raise _as_api_error(verb, err) from err
+        if not 200 <= response.status <= 299:
+            raise ApiError(verb, response.status, _status_message(data), _retry_after(response.headers))
+        result: dict[str, Any] = json.loads(data) if data else {}
+        return result
+
+
+class _KubeWatch:
+    """One watch request through `kubernetes.watch.Watch`, yielding raw event dicts.
+
+    The stream function is a plain wrapper without a return annotation, so `Watch` does not
+    deserialise every object into the client's models (we keep the server's JSON).
+    """
+
+    def __init__(self, client: Any, field_selector: str, resource_version: str, timeout_seconds: int) -> None:
+        from kubernetes import client as k8s
+        from kubernetes import watch
+
+        api = k8s.ResourceV1Api(client)
+
+        def list_resource_slice(**kwargs):  # type: ignore[no-untyped-def]
+            return api.list_resource_slice(**kwargs)
+
+        self._func = list_resource_slice
+        self._watch = watch.Watch()  # type: ignore[no-untyped-call]
+        self._kwargs: dict[str, Any] = {
+            "field_selector": field_selector,
+            "resource_version": resource_version,
+            "timeout_seconds": timeout_seconds,
+            "allow_watch_bookmarks": True,
+            "_request_timeout": (10, timeout_seconds + 15),
+        }
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        try:
+            for event in self._watch.stream(self._func, **self._kwargs):  # type: ignore[no-untyped-call]
+                yield {"type": event["type"], "object": event["raw_object"]}
+        except ApiError:
+            raise
+        except Exception as err:
+            raise _as_api_error("watch", err) from err
+
+    def stop(self) -> None:
+        self._watch.stop()  # type: ignore[no-untyped-call]
+
+
+def _as_api_error(verb: str, err: BaseException) -> ApiError:
+    status = getattr(err, "status", None)
+    if isinstance(status, int) and status > 0:
+        headers = getattr(err, "headers", None) or {}
+        body = getattr(err, "body", None)
+        return ApiError(verb, status, _status_message(body) or str(err), _retry_after(headers))
+    return ApiError(verb, None, f"{type(err).__name__}: {err}")
+
+
+def _status_message(data: Any) -> str:
+    if isinstance(data, bytes):
+        data = data.decode("utf-8", "replace")
+    if not data:
+        return ""
+    try:
+        status = json.loads(data)
+    except (TypeError, ValueError):
+        return str(data)[:500]
+    if isinstance(status, dict):
+        return str(status.get("message") or status.get("reason") or data)[:2000]
+    return str(data)[:500]
+
+
+def _retry_after(headers: Any) -> float | None:
+    try:
+        value = headers.get("Retry-After") if headers else None
+        return float(value) if value is not None else None
+    except (TypeError, ValueError, AttributeError):
+        return None

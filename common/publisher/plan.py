@@ -1,0 +1,143 @@
+"""One sync of a node-local pool as a pure decision: what to delete, update and create.
+
+Follows the upstream helper's rules (facts §7.2) so the scheduler sees the same pool semantics
+from us as from a Go driver:
+- the pool generation starts at the highest stored one; it is kept when no slice is new and at
+  most one slice changed (one slice can be swapped atomically), otherwise it goes up by one and
+  every slice is rewritten with it and with `resourceSliceCount`;
+- stored slices are matched to desired ones by the index in their name; slices of an older
+  generation, of another pool, with an undecodable name, an index past the desired count or a
+  duplicate index are obsolete and deleted first.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from topodra.common.publisher.build import decode_index, owner_reference, slice_object, with_pool
+from topodra.common.publisher.compare import adopt_server_fields, same_spec, strip_features
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    name: str
+    uid: str
+    resource_version: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPlan:
+    generation: int
+    slice_count: int
+    deletes: tuple[Delete, ...] = ()
+    updates: tuple[dict[str, Any], ...] = ()  # complete objects for PUT (resourceVersion kept)
+    creates: tuple[dict[str, Any], ...] = ()  # complete objects for POST (generateName)
+    unchanged: tuple[str, ...] = field(default=())  # names of stored slices left alone
+
+    @property
+    def writes(self) -> int:
+        return len(self.deletes) + len(self.updates) + len(self.creates)
+
+
+def generation_of(obj: Mapping[str, Any]) -> int:
+    return int(((obj.get("spec") or {}).get("pool") or {}).get("generation") or 0)
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta: Mapping[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+def _has_owner(obj: Mapping[str, Any], node_name: str, node_uid: str) -> bool:
+    return any(
+        ref.get("kind") == "Node" and ref.get("name") == node_name and ref.get("uid") == node_uid
+        for ref in _meta(obj).get("ownerReferences") or []
+    )
+
+
+def plan_sync(
+    desired_specs: Sequence[Mapping[str, Any]],
+    existing: Iterable[Mapping[str, Any]],
+    *,
+    driver_name: str,
+    node_name: str,
+    node_uid: str,
+    disabled_features: Iterable[str] = (),
+) -> SyncPlan:
+    """Decide the writes that make the stored slices equal the desired ones (none if equal)."""
+    off = set(disabled_features)
+    desired = [strip_features(spec, off) for spec in desired_specs]
+    count = len(desired)
+    deletes: list[Delete] = []
+    in_pool: list[Mapping[str, Any]] = []
+    for obj in sorted(existing, key=lambda o: str(_meta(o).get("name"))):
+        spec = obj.get("spec") or {}
+        if spec.get("driver") != driver_name or spec.get("nodeName") != node_name:
+            continue  # not ours: the field selector should not even have returned it
+        if (spec.get("pool") or {}).get("name") != node_name:
+            deletes.append(_delete(obj, "slice of another pool"))
+        else:
+            in_pool.append(obj)
+
+    stored_generation = max((generation_of(o) for o in in_pool), default=0)
+    candidates: dict[int, list[Mapping[str, Any]]] = {}
+    for obj in in_pool:
+        index = decode_index(str(_meta(obj).get("name", "")), driver_name, node_name)
+        if generation_of(obj) < stored_generation:
+            deletes.append(_delete(obj, "older pool generation"))
+        elif index is None:
+            deletes.append(_delete(obj, "name without slice index"))
+        elif index >= count:
+            deletes.append(_delete(obj, "index beyond the desired slice count"))
+        else:
+            candidates.setdefault(index, []).append(obj)
+
+    def matches(index: int, obj: Mapping[str, Any], generation: int) -> bool:
+        want = with_pool(desired[index], generation, count)
+        stored = obj.get("spec") or {}
+        return same_spec(adopt_server_fields(want, stored), stored) and _has_owner(obj, node_name, node_uid)
+
+    selected: dict[int, Mapping[str, Any]] = {}
+    for index, group in candidates.items():
+        keep = next((o for o in group if matches(index, o, stored_generation)), group[0])
+        selected[index] = keep
+        deletes.extend(_delete(o, "duplicate slice index") for o in group if o is not keep)
+
+    changed = [i for i, obj in selected.items() if not matches(i, obj, stored_generation)]
+    new = [i for i in range(count) if i not in selected]
+    if new or len(changed) > 1:
+        generation = stored_generation + 1
+        rewrite = sorted(selected)
+    else:
+        generation = stored_generation
+        rewrite = changed
+    updates = tuple(
+        _update(selected[i], with_pool(desired[i], generation, count), node_name, node_uid) for i in rewrite
+    )
+    creates = tuple(slice_object(desired[i], i, count, generation, node_uid) for i in new)
+    unchanged = tuple(
+        str(_meta(obj).get("name")) for i, obj in sorted(selected.items()) if i not in set(rewrite)
+    )
+    return SyncPlan(generation, count, tuple(deletes), updates, creates, unchanged)
+
+
+def _delete(obj: Mapping[str, Any], reason: str) -> Delete:
+    meta = _meta(obj)
+    uid, version = str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
+    return Delete(str(meta.get("name")), uid, version, reason)
+
+
+def _update(obj: Mapping[str, Any], spec: Mapping[str, Any], node_name: str, node_uid: str) -> dict[str, Any]:
+    """The stored object with our spec: other metadata (labels, annotations) stays as it is."""
+    out = copy.deepcopy(dict(obj))
+    out["spec"] = adopt_server_fields(spec, obj.get("spec") or {})
+    meta = out.setdefault("metadata", {})
+    meta.pop("managedFields", None)
+    if not _has_owner(out, node_name, node_uid):
+        refs = [r for r in meta.get("ownerReferences") or [] if not r.get("controller")]
+        meta["ownerReferences"] = [*refs, owner_reference(node_name, node_uid)]
+    return out
