@@ -1,0 +1,306 @@
+"""Prepare and unprepare through the claim core, with a real driver, checkpoint and CDI files."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+from topodra.common.runtime.checkpoint import Phase
+from topodra.common.runtime.driver import ClaimRef
+from topodra.common.runtime.seams import ClaimOutcome, ClaimProcessor, ResultDevice
+
+from tests.unit.runtime_claims.claimkit import (
+    DRIVER,
+    NODE,
+    HoldDriver,
+    MemoryClaimStore,
+    Result,
+    claim_object,
+    driver_config,
+    new_uid,
+)
+from tests.unit.runtime_claims.conftest import ManagerFactory
+
+KIND = f"{DRIVER}/claim"
+
+
+def put(
+    store: MemoryClaimStore, name: str, *results: Result, config: list[dict[str, object]] | None = None
+) -> ClaimRef:
+    return store.put(claim_object("ns1", name, new_uid(), list(results), config or []))
+
+
+def spec_path(dirs: dict[str, Path], uid: str) -> Path:
+    return dirs["cdi"] / f"{DRIVER}-claim_{uid}.json"
+
+
+def test_manager_is_a_claim_processor(make_manager: ManagerFactory) -> None:
+    processor: ClaimProcessor = make_manager()
+    assert processor.prepare([]) == {}
+    assert processor.unprepare([]) == {}
+
+
+def test_prepare_answers_devices_and_writes_owner_only_cdi_spec(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver, dirs: dict[str, Path]
+) -> None:
+    ref = put(claim_store, "c1", Result("gpu/big", "dev-0"), Result("other", "dev-1"))
+    m = make_manager(driver)
+    out = m.prepare([ref])
+    assert out == {
+        ref.uid: ClaimOutcome(
+            devices=(
+                ResultDevice(("gpu",), NODE, "dev-0", (f"{KIND}={ref.uid}-dev-0",), None),
+                ResultDevice(("other",), NODE, "dev-1", (f"{KIND}={ref.uid}-dev-1",), None),
+            )
+        )
+    }
+    path = spec_path(dirs, ref.uid)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    spec = json.loads(path.read_text())
+    assert spec["kind"] == KIND
+    # hostPath on device nodes needs 0.5.0, and nothing in this spec needs more
+    assert spec["cdiVersion"] == "0.5.0"
+    names = [d["name"] for d in spec["devices"]]
+    assert names == [f"{ref.uid}-dev-0", f"{ref.uid}-dev-1"]
+    first = spec["devices"][0]["containerEdits"]
+    assert "TEST_DEVICE_DEV_0=gpu/big" in first["env"]
+    assert f"TOPODRA_TEST_DEVICE_DEV_0={ref.uid}" in first["env"]
+    assert first["deviceNodes"] == [{"path": "/dev/topodra-dev-0", "hostPath": "/dev/null"}]
+    assert spec["containerEdits"] == {"env": ["TEST_CLAIM=ns1/c1"]}
+    assert driver.holdings() == {"dev-0": ref.uid, "dev-1": ref.uid}
+    rec = m.prepared()[ref.uid]
+    assert rec.phase is Phase.COMPLETED
+    assert rec.cdi_file == path.name
+    assert dict(rec.preparation.state) == {"holds": ["dev-0", "dev-1"]}  # type: ignore[union-attr]
+    state_dir = dirs["state"]
+    assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
+    for p in state_dir.iterdir():
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+
+
+def test_prepare_twice_repeats_the_answer_without_side_effects(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver, dirs: dict[str, Path]
+) -> None:
+    ref = put(claim_store, "c1", Result("r", "dev-2"))
+    m = make_manager(driver)
+    first = m.prepare([ref])
+    gets = claim_store.gets
+    mtime = spec_path(dirs, ref.uid).stat().st_mtime_ns
+    second = m.prepare([ref, ref])
+    assert second == first
+    assert [c for c in driver.calls if c[0] == "prepare"] == [("prepare", ref.uid)]
+    assert claim_store.gets == gets  # no second GET
+    assert spec_path(dirs, ref.uid).stat().st_mtime_ns == mtime
+
+
+def test_prepare_of_a_prepared_claim_puts_a_deleted_spec_back(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    ref = put(claim_store, "c1", Result("r", "dev-2"))
+    m = make_manager()
+    m.prepare([ref])
+    content = spec_path(dirs, ref.uid).read_bytes()
+    spec_path(dirs, ref.uid).unlink()
+    assert not m.prepare([ref])[ref.uid].error
+    assert spec_path(dirs, ref.uid).read_bytes() == content
+
+
+def test_unprepare_releases_and_is_idempotent(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver, dirs: dict[str, Path]
+) -> None:
+    ref = put(claim_store, "c1", Result("r", "dev-3"))
+    m = make_manager(driver)
+    m.prepare([ref])
+    assert m.unprepare([ref]) == {ref.uid: ""}
+    assert driver.holdings() == {}
+    assert not spec_path(dirs, ref.uid).exists()
+    assert m.prepared() == {}
+    assert m.unprepare([ref]) == {ref.uid: ""}
+    unknown = ClaimRef("ns1", "never", new_uid())
+    assert m.unprepare([unknown]) == {unknown.uid: ""}
+    assert [c for c in driver.calls if c[0] == "unprepare"] == [("unprepare", ref.uid)]
+
+
+def test_unprepare_works_from_the_checkpoint_when_the_claim_is_deleted(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver, dirs: dict[str, Path]
+) -> None:
+    ref = put(claim_store, "c1", Result("r", "dev-3"))
+    make_manager(driver).prepare([ref])
+    claim_store.delete("ns1", "c1")
+    claim_store.down = True  # not even reachable
+    m2 = make_manager()  # a restarted process: knows the claim only from the checkpoint
+    assert m2.unprepare([ref]) == {ref.uid: ""}
+    assert driver.holdings() == {}
+    assert not spec_path(dirs, ref.uid).exists()
+
+
+def test_one_bad_claim_does_not_fail_the_others(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver
+) -> None:
+    good1 = put(claim_store, "good1", Result("r", "dev-0"))
+    missing = ClaimRef("ns1", "missing", new_uid())
+    good2 = put(claim_store, "good2", Result("r", "dev-1"))
+    out = make_manager(driver).prepare([good1, missing, good2])
+    assert set(out) == {good1.uid, missing.uid, good2.uid}
+    assert not out[good1.uid].error and not out[good2.uid].error
+    assert "ns1/missing" in out[missing.uid].error and "not found" in out[missing.uid].error
+    assert out[missing.uid].devices == ()
+    assert driver.holdings() == {"dev-0": good1.uid, "dev-1": good2.uid}
+
+
+def test_subrequest_names_are_reduced_to_the_main_request(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore
+) -> None:
+    ref = put(claim_store, "c1", Result("main/sub-a", "dev-4"))
+    (dev,) = make_manager().prepare([ref])[ref.uid].devices
+    assert dev.request_names == ("main",)
+
+
+def test_only_our_driver_results_are_taken(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore
+) -> None:
+    ref = put(
+        claim_store,
+        "mixed",
+        Result("r", "dev-0"),
+        Result("nic", "eth0", driver="nic.topodra.io", pool="elsewhere"),
+    )
+    out = make_manager().prepare([ref])[ref.uid]
+    assert not out.error
+    assert [d.device for d in out.devices] == ["dev-0"]
+
+
+def test_shared_device_with_distinct_share_ids(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver, dirs: dict[str, Path]
+) -> None:
+    s1, s2 = new_uid(), new_uid()
+    a = put(claim_store, "a", Result("r", "shared-0", share_id=s1))
+    b = put(claim_store, "b", Result("r", "shared-0", share_id=s2))
+    c = put(claim_store, "c", Result("r", "shared-0", share_id=s1))  # a forged/reused share id
+    m = make_manager(driver)
+    out = m.prepare([a, b, c])
+    assert not out[a.uid].error and not out[b.uid].error
+    assert out[a.uid].devices[0].share_id == s1
+    assert out[a.uid].devices[0].cdi_device_ids == (f"{KIND}={a.uid}-shared-0-{s1}",)
+    assert "already held by claim ns1/a" in out[c.uid].error
+    assert driver.holdings() == {f"shared-0@{s1}": a.uid, f"shared-0@{s2}": b.uid}
+
+
+def test_exclusive_device_cannot_be_shared_even_with_share_ids(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore
+) -> None:
+    a = put(claim_store, "a", Result("r", "dev-5", share_id=new_uid()))
+    b = put(claim_store, "b", Result("r", "dev-5", share_id=new_uid()))
+    out = make_manager().prepare([a, b])
+    assert not out[a.uid].error
+    assert "device 'dev-5'" in out[b.uid].error and "already held" in out[b.uid].error
+
+
+def test_admin_access_coexists_with_an_exclusive_holder(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver
+) -> None:
+    a = put(claim_store, "a", Result("r", "dev-6"))
+    admin = put(claim_store, "admin", Result("r", "dev-6", admin_access=True))
+    b = put(claim_store, "b", Result("r", "dev-6"))
+    out = make_manager(driver).prepare([a, admin, b])
+    assert not out[a.uid].error and not out[admin.uid].error
+    assert "already held by claim ns1/a" in out[b.uid].error  # admin access is not an exclusive hold
+    assert driver.holdings() == {"dev-6": a.uid}
+
+
+def test_opaque_config_reaches_the_driver_class_first(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    ref = put(
+        claim_store,
+        "cfg",
+        Result("r", "dev-0"),
+        Result("q", "dev-1"),
+        config=[
+            driver_config("FromClaim", env=["FROM_CLAIM=1"]),
+            driver_config("FromClass", env=["FROM_CLASS=1"]),
+            driver_config("FromClaim", requests=["q"], env=["ONLY_Q=1"]),
+            driver_config("FromClaim", requests=["absent"], fail=True),  # applies to no result of ours
+            {"source": "FromClaim", "opaque": {"driver": "other.example.com", "parameters": "not ours"}},
+        ],
+    )
+    assert not make_manager().prepare([ref])[ref.uid].error
+    env = json.loads(spec_path(dirs, ref.uid).read_text())["devices"][0]["containerEdits"]["env"]
+    assert env[1:4] == ["FROM_CLASS=1", "FROM_CLAIM=1", "ONLY_Q=1"]
+
+
+def test_driver_failure_is_rolled_back(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver, dirs: dict[str, Path]
+) -> None:
+    ref = put(claim_store, "c", Result("r", "dev-0"), config=[driver_config(fail=True)])
+    m = make_manager(driver)
+    out = m.prepare([ref])[ref.uid]
+    assert out.error == "claim ns1/c: asked to fail"
+    assert m.prepared() == {}
+    assert driver.holdings() == {}
+    assert not spec_path(dirs, ref.uid).exists()
+
+
+def test_driver_returning_an_invalid_cdi_edit_is_rolled_back(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    driver = HoldDriver(dirs["hw"], bad_edits=True)
+    ref = put(claim_store, "c", Result("r", "dev-0"))
+    m = make_manager(driver)
+    out = m.prepare([ref])[ref.uid]
+    assert "invalid CDI spec" in out.error and "relative/path" in out.error and "ns1/c" in out.error
+    assert driver.holdings() == {} and m.prepared() == {} and list(dirs["cdi"].glob("*")) == []
+
+
+def test_checkpoint_holds_both_phases(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    """While the driver runs, the checkpoint already says `started` with the allocated devices."""
+    seen: list[dict[str, object]] = []
+
+    class Spy(HoldDriver):
+        def prepare(self, claim, results, config):  # type: ignore[no-untyped-def]
+            doc = json.loads((dirs["state"] / f"{DRIVER}.checkpoint.json").read_text())
+            seen.append(doc["claims"][claim.uid])
+            return super().prepare(claim, results, config)
+
+    ref = put(claim_store, "c", Result("r", "dev-7"))
+    make_manager(Spy(dirs["hw"])).prepare([ref])
+    assert seen[0]["phase"] == "started"
+    assert seen[0]["allocated"] == [{"request": "r", "pool": NODE, "device": "dev-7"}]
+    doc = json.loads((dirs["state"] / f"{DRIVER}.checkpoint.json").read_text())
+    assert doc["claims"][ref.uid]["phase"] == "completed"
+    assert doc["claims"][ref.uid]["cdiFile"] == f"{DRIVER}-claim_{ref.uid}.json"
+    assert doc["claims"][ref.uid]["preparation"]["state"] == {"holds": ["dev-7"]}
+
+
+def test_failed_unprepare_keeps_the_claim(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver, dirs: dict[str, Path]
+) -> None:
+    ref = put(claim_store, "c", Result("r", "dev-0"))
+    m = make_manager(driver)
+    m.prepare([ref])
+    driver.fail_unprepare = True
+    err = m.unprepare([ref])[ref.uid]
+    assert "ns1/c" in err and "device busy" in err
+    assert ref.uid in m.prepared() and spec_path(dirs, ref.uid).exists()
+    driver.fail_unprepare = False
+    assert m.unprepare([ref]) == {ref.uid: ""}
+
+
+@pytest.mark.parametrize("threads", [4])
+def test_concurrent_calls_never_double_allocate(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver, threads: int
+) -> None:
+    import concurrent.futures
+
+    refs = [put(claim_store, f"c{i}", Result("r", "dev-0")) for i in range(16)]
+    m = make_manager(driver)
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        outs = list(pool.map(lambda r: m.prepare([r])[r.uid], refs))
+    winners = [r for r, o in zip(refs, outs, strict=True) if not o.error]
+    assert len(winners) == 1
+    assert driver.holdings() == {"dev-0": winners[0].uid}
+    assert driver.violations() == []
