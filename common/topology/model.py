@@ -98,7 +98,9 @@ class NumaNode:
     id: int
     cpus: CpuList  # usable CPUs of nodeN/cpumap (may overlap other nodes on buggy firmware)
     memory_bytes: int | None  # nodeN/meminfo MemTotal
-    distances: tuple[int, ...]  # raw SLIT row, ordered like Topology.numa_nodes
+    # SLIT row as (node id, distance) pairs; columns are the kernel's online nodes, which are not
+    # always the nodeN folders present (a node can be hidden), hence pairs rather than a bare row
+    distances: tuple[tuple[int, int], ...]
     all_cpus: CpuList = ()  # cpumap as written, offline CPUs included
 
 
@@ -306,10 +308,12 @@ class Topology:
 
     def distance(self, a: int, b: int) -> int | None:
         na = self.numa_node(a)
-        ids = [n.id for n in self.numa_nodes]
-        if na is None or b not in ids or len(na.distances) != len(ids):
+        if na is None:
             return None
-        return na.distances[ids.index(b)]
+        for node, d in na.distances:
+            if node == b:
+                return d
+        return None
 
     def _package_of_cpus(self, cpus: CpuList) -> Package | None:
         """The one package holding all of `cpus`, None when empty or spanning packages."""

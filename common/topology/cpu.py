@@ -1,0 +1,310 @@
+"""CPUs, packages, cores and caches from sys/devices/system/cpu.
+
+Grouping follows the kernel's masks restricted to usable CPUs, never the id numbers, which repeat
+across dies or compute units and are -1 on s390/ppc. Where masks disagree (buggy firmware) each
+CPU is put in exactly one group: the group of the lowest CPU that claims it, so groups never
+overlap and a package always contains its cores.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from topodra.common.topology.model import Cache, Core, Cpu, Package
+from topodra.common.topology.parse import parse_cpulist, parse_cpumask, parse_int, parse_size, read_cpus
+from topodra.common.topology.reader import SysfsReader
+
+CPU_DIR = "sys/devices/system/cpu"
+_CPU_NAME = re.compile(r"cpu(\d+)\Z")
+_INDEX_NAME = re.compile(r"index(\d+)\Z")
+_CACHE_TYPES = {"Data": "data", "Instruction": "instruction", "Unified": "unified"}
+# AMD families whose "compute units" pair two cores in one thread_siblings mask (hwloc does the same).
+_AMD_CU_FAMILIES = (0x15, 0x16)
+
+
+@dataclass(frozen=True, slots=True)
+class CpuPresence:
+    """Which cpuN folders exist, which are online, which are usable."""
+
+    complete: tuple[int, ...]
+    online: frozenset[int]
+    usable: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTopology:
+    cpus: tuple[Cpu, ...]
+    packages: tuple[Package, ...]
+    cores: tuple[Core, ...]
+    caches: tuple[Cache, ...]
+
+
+def find_cpus(r: SysfsReader) -> CpuPresence:
+    ids = []
+    for entry in r.scandir(CPU_DIR):
+        m = _CPU_NAME.match(entry.name)
+        if m and entry.is_dir():
+            ids.append(int(m.group(1)))
+    ids.sort()
+    global_online: frozenset[int] | None = None
+    global_read = False
+    online: set[int] = set()
+    usable: set[int] = set()
+    for n in ids:
+        base = f"{CPU_DIR}/cpu{n}"
+        state: bool | None = None
+        rel = f"{base}/online"
+        text = r.read(rel)
+        if text is not None:
+            if text in ("0", "1"):
+                state = text == "1"
+            else:
+                r.warn(rel, f"not 0 or 1: {text[:40]!r}")
+        if state is None:
+            # cpu0 often has no online file (it cannot be unplugged); some captures have none at all.
+            if not global_read:
+                global_online = read_cpus(r, None, f"{CPU_DIR}/online")
+                global_read = True
+            state = global_online is None or n in global_online
+        if state:
+            online.add(n)
+            if r.is_dir(f"{base}/topology"):
+                usable.add(n)
+    return CpuPresence(tuple(ids), frozenset(online), frozenset(usable))
+
+
+def _first_cpus(r: SysfsReader, base: str, names: tuple[str, ...]) -> frozenset[int] | None:
+    """The first of several equivalent files (new name, old name, list forms) that parses."""
+    for name in names:
+        rel = f"{base}/{name}"
+        text = r.read(rel)
+        if text is None:
+            continue
+        value: frozenset[int] | None = parse_cpulist(text) if name.endswith("_list") else parse_cpumask(text)
+        if value is not None:
+            return value
+        r.warn(rel, f"not a CPU {'list' if name.endswith('_list') else 'mask'}: {text[:40]!r}")
+    return None
+
+
+def _read_id(r: SysfsReader, rel: str, *, required: bool) -> int | None:
+    text = r.read(rel)
+    if text is None:
+        if required:
+            r.warn(rel, "missing")
+        return None
+    value = parse_int(text)
+    if value is None:
+        r.warn(rel, f"not an integer: {text[:40]!r}")
+        return None
+    return None if value < 0 else value
+
+
+_PACKAGE_MASKS = ("package_cpus", "core_siblings", "package_cpus_list", "core_siblings_list")
+_CORE_MASKS = ("core_cpus", "thread_siblings", "core_cpus_list", "thread_siblings_list")
+
+
+@dataclass(slots=True)
+class _Raw:
+    package_id: int | None
+    die_id: int | None
+    cluster_id: int | None
+    core_id: int | None
+    package_mask: frozenset[int] | None
+    core_mask: frozenset[int] | None
+
+
+def _partition(order: Iterable[int], mask_of: dict[int, frozenset[int]]) -> list[tuple[int, ...]]:
+    """Disjoint groups: each CPU joins the group of the lowest CPU whose mask names it."""
+    taken: set[int] = set()
+    groups = []
+    for n in order:
+        if n in taken:
+            continue
+        members = {c for c in mask_of[n] if c not in taken and c in mask_of}
+        members.add(n)
+        taken.update(members)
+        groups.append(tuple(sorted(members)))
+    return groups
+
+
+def _amd_compute_units(r: SysfsReader) -> bool:
+    text = r.read("proc/cpuinfo")
+    if text is None:
+        return False
+    vendor = family = None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "vendor_id":
+            vendor = value.strip()
+        elif key == "cpu family":
+            family = parse_int(value)
+        elif not line.strip():
+            break  # first processor block is enough
+    return vendor == "AuthenticAMD" and family in _AMD_CU_FAMILIES
+
+
+def _core_types(r: SysfsReader, usable: frozenset[int]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for kind in ("core", "atom"):
+        rel = f"sys/devices/cpu_{kind}/cpus"
+        text = r.read(rel)
+        if text is None:
+            continue
+        cpus = parse_cpulist(text)
+        if cpus is None:
+            r.warn(rel, f"not a CPU list: {text[:40]!r}")
+            continue
+        for c in cpus & usable:
+            out[c] = kind
+    return out
+
+
+def read_topology(r: SysfsReader, presence: CpuPresence, numa_of: dict[int, int]) -> CpuTopology:
+    usable = presence.usable
+    raw: dict[int, _Raw] = {}
+    for n in sorted(usable):
+        base = f"{CPU_DIR}/cpu{n}/topology"
+        raw[n] = _Raw(
+            package_id=_read_id(r, f"{base}/physical_package_id", required=True),
+            die_id=_read_id(r, f"{base}/die_id", required=False),
+            cluster_id=_read_id(r, f"{base}/cluster_id", required=False),
+            core_id=_read_id(r, f"{base}/core_id", required=False),
+            package_mask=_first_cpus(r, base, _PACKAGE_MASKS),
+            core_mask=_first_cpus(r, base, _CORE_MASKS),
+        )
+    order = sorted(usable)
+
+    # Packages: by mask; without any mask, CPUs with the same known id share a package.
+    pkg_mask: dict[int, frozenset[int]] = {}
+    for n in order:
+        m = raw[n].package_mask
+        if m is None:
+            pid = raw[n].package_id
+            m = frozenset(c for c in order if pid is not None and raw[c].package_id == pid)
+        pkg_mask[n] = (m & usable) | {n}
+    packages: list[Package] = []
+    package_of: dict[int, int] = {}
+    for group in _partition(order, pkg_mask):
+        index = len(packages)
+        packages.append(Package(index=index, id=raw[group[0]].package_id, cpus=group))
+        for c in group:
+            package_of[c] = index
+
+    # Cores: by mask, inside the package; CPUs without any core mask get no core (as hwloc).
+    amd_cu: bool | None = None
+    core_mask: dict[int, frozenset[int]] = {}
+    for n in order:
+        m = raw[n].core_mask
+        if m is None:
+            continue
+        members = frozenset(c for c in m if c in usable and package_of.get(c) == package_of[n]) | {n}
+        core_mask[n] = members
+    types = _core_types(r, usable)
+    cores: list[Core] = []
+    core_of: dict[int, int] = {}
+    groups = _partition([n for n in order if n in core_mask], core_mask)
+    for group in groups:
+        split = [group]
+        if len(group) > 1:
+            ids = {raw[c].core_id for c in group}
+            if len(ids) > 1:
+                if amd_cu is None:
+                    amd_cu = _amd_compute_units(r)
+                if amd_cu:  # a compute unit: each thread is its own core
+                    split = [(c,) for c in group]
+        for cpus in split:
+            index = len(cores)
+            cores.append(
+                Core(
+                    index=index,
+                    package=package_of[cpus[0]],
+                    id=raw[cpus[0]].core_id,
+                    cpus=cpus,
+                    core_type=types.get(cpus[0]),
+                )
+            )
+            for c in cpus:
+                core_of[c] = index
+
+    caches = _read_caches(r, order, usable, {c: cores[i].cpus for c, i in core_of.items()})
+
+    cpu_list = []
+    for n in presence.complete:
+        rw = raw.get(n)
+        cpu_list.append(
+            Cpu(
+                id=n,
+                online=n in presence.online,
+                usable=n in usable,
+                package=package_of.get(n),
+                package_id=rw.package_id if rw else None,
+                die_id=rw.die_id if rw else None,
+                cluster_id=rw.cluster_id if rw else None,
+                core=core_of.get(n),
+                core_id=rw.core_id if rw else None,
+                numa_node=numa_of.get(n),
+                core_type=types.get(n),
+            )
+        )
+    return CpuTopology(tuple(cpu_list), tuple(packages), tuple(cores), caches)
+
+
+def _read_caches(
+    r: SysfsReader, order: list[int], usable: frozenset[int], core_cpus: dict[int, tuple[int, ...]]
+) -> tuple[Cache, ...]:
+    seen_index: set[tuple[str, frozenset[int]]] = set()
+    seen: dict[tuple[int, str, tuple[int, ...]], Cache] = {}
+    for n in order:
+        base = f"{CPU_DIR}/cpu{n}/cache"
+        names = sorted((int(m.group(1)), e.name) for e in r.scandir(base) if (m := _INDEX_NAME.match(e.name)))
+        for _, name in names:
+            d = f"{base}/{name}"
+            mask = _first_cpus(r, d, ("shared_cpu_map", "shared_cpu_list"))
+            if mask is None:
+                mask = frozenset()
+            cpus = mask & usable
+            if not cpus:
+                # Empty shared_cpu_map (ia64, some VMs): the cache belongs to the core (hwloc rule).
+                cpus = frozenset(core_cpus.get(n, (n,)))
+            cpus = cpus | {n}
+            key = (name, cpus)
+            if key in seen_index:
+                continue  # the same cache, already read through a sibling
+            seen_index.add(key)
+            level = _read_id(r, f"{d}/level", required=True)
+            ctype_text = r.read(f"{d}/type")
+            if ctype_text is None:
+                r.warn(f"{d}/type", "missing")
+                continue
+            ctype = _CACHE_TYPES.get(ctype_text)
+            if ctype is None:
+                if ctype_text != "Unknown":
+                    r.warn(f"{d}/type", f"unknown cache type: {ctype_text[:40]!r}")
+                continue
+            if level is None:
+                continue
+            size_rel = f"{d}/size"
+            size_text = r.read(size_rel)
+            size = None
+            if size_text is not None:
+                size = parse_size(size_text)
+                if size is None:
+                    r.warn(size_rel, f"not a size: {size_text[:40]!r}")
+            cpu_tuple = tuple(sorted(cpus))
+            ckey = (level, ctype, cpu_tuple)
+            if ckey in seen:
+                continue
+            seen[ckey] = Cache(
+                level=level,
+                type=ctype,
+                id=_read_id(r, f"{d}/id", required=False),
+                size_bytes=size,
+                cpus=cpu_tuple,
+                line_size=_read_id(r, f"{d}/coherency_line_size", required=False),
+                ways=_read_id(r, f"{d}/ways_of_associativity", required=False),
+            )
+    return tuple(sorted(seen.values(), key=lambda c: (c.level, c.type, c.cpus)))

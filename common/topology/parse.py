@@ -1,0 +1,153 @@
+"""Parsers for the handful of value formats sysfs uses, plus readers that warn on garbage.
+
+Parsers are pure and return None for anything they do not fully understand: a half-parsed value
+is worse than none. The `read_*` helpers turn a None from a file that exists into a warning
+naming the file, so discovery can go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from topodra.common.topology.reader import SysfsReader
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+_DEC = frozenset("0123456789")
+
+
+def parse_int(text: str) -> int | None:
+    t = text.strip()
+    body = t[1:] if t[:1] in "+-" else t
+    if not body or not _DEC.issuperset(body):
+        return None
+    return int(t)
+
+
+def parse_hex(text: str) -> int | None:
+    """'0x10de' or '10de'."""
+    t = text.strip()
+    if t[:2] in ("0x", "0X"):
+        t = t[2:]
+    if not t or not _HEX.issuperset(t):
+        return None
+    return int(t, 16)
+
+
+def bits(value: int) -> tuple[int, ...]:
+    """Positions of the set bits, lowest first."""
+    s = bin(value)[:1:-1]  # binary digits, least significant first, without "0b"
+    out = []
+    i = s.find("1")
+    while i >= 0:
+        out.append(i)
+        i = s.find("1", i + 1)
+    return tuple(out)
+
+
+def parse_cpumask(text: str) -> frozenset[int] | None:
+    """Kernel bitmap: comma-separated 32-bit hex words, most significant first ('ff,00000001')."""
+    t = text.strip()
+    if not t:
+        return frozenset()
+    words = t.split(",")
+    for w in words:
+        if not w or len(w) > 16 or not _HEX.issuperset(w):
+            return None
+    value = 0
+    for w in words:
+        value = (value << 32) | int(w, 16)
+    return frozenset(bits(value))
+
+
+def parse_cpulist(text: str) -> frozenset[int] | None:
+    """Kernel list: '0-3,8,10-11' (empty means no CPUs)."""
+    t = text.strip()
+    if not t:
+        return frozenset()
+    out: set[int] = set()
+    for part in t.split(","):
+        lo, sep, hi = part.partition("-")
+        a = parse_int(lo) if lo else None
+        if a is None or a < 0:
+            return None
+        if not sep:
+            out.add(a)
+            continue
+        b = parse_int(hi) if hi else None
+        if b is None or b < a or b - a > 1 << 20:
+            return None
+        out.update(range(a, b + 1))
+    return frozenset(out)
+
+
+def parse_size(text: str) -> int | None:
+    """Cache sizes: '32K', '1024K', '8M', or plain bytes."""
+    t = text.strip()
+    mult = 1
+    if t[-1:] in ("K", "k"):
+        mult, t = 1024, t[:-1]
+    elif t[-1:] in ("M", "m"):
+        mult, t = 1024 * 1024, t[:-1]
+    elif t[-1:] in ("G", "g"):
+        mult, t = 1024 * 1024 * 1024, t[:-1]
+    n = parse_int(t)
+    return None if n is None or n < 0 else n * mult
+
+
+def compress(cpus: Iterable[int]) -> str:
+    """'0-3,8,10-11': how a person (and the kernel) writes CPU lists."""
+    out: list[str] = []
+    start = prev = None
+    for c in sorted(set(cpus)):
+        if start is None:
+            start = prev = c
+        elif prev is not None and c == prev + 1:
+            prev = c
+        else:
+            out.append(f"{start}-{prev}" if start != prev else f"{start}")
+            start = prev = c
+    if start is not None:
+        out.append(f"{start}-{prev}" if start != prev else f"{start}")
+    return ",".join(out)
+
+
+# --- readers that warn ---------------------------------------------------------------------------
+
+
+def read_int(r: SysfsReader, rel: str, *, required: bool = False) -> int | None:
+    text = r.read(rel)
+    if text is None:
+        if required:
+            r.warn(rel, "missing")
+        return None
+    value = parse_int(text)
+    if value is None:
+        r.warn(rel, f"not an integer: {text[:40]!r}")
+    return value
+
+
+def read_hex(r: SysfsReader, rel: str, *, required: bool = False) -> int | None:
+    text = r.read(rel)
+    if text is None:
+        if required:
+            r.warn(rel, "missing")
+        return None
+    value = parse_hex(text)
+    if value is None:
+        r.warn(rel, f"not a hex number: {text[:40]!r}")
+    return value
+
+
+def read_cpus(r: SysfsReader, mask_rel: str | None, list_rel: str | None) -> frozenset[int] | None:
+    """A CPU set from the mask file, else the list file; None (and a warning) on garbage."""
+    for rel, parser in ((mask_rel, parse_cpumask), (list_rel, parse_cpulist)):
+        if rel is None:
+            continue
+        text = r.read(rel)
+        if text is None:
+            continue
+        value = parser(text)
+        if value is not None:
+            return value
+        r.warn(rel, f"not a CPU {'mask' if parser is parse_cpumask else 'list'}: {text[:40]!r}")
+    return None
