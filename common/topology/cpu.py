@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from topodra.common.topology.model import Cache, Core, Cpu, Package
-from topodra.common.topology.parse import parse_cpulist, parse_cpumask, parse_int, parse_size, read_cpus
+from topodra.common.topology.parse import cached_cpumask, parse_cpulist, parse_int, parse_size, read_cpus
 from topodra.common.topology.reader import SysfsReader
 
 CPU_DIR = "sys/devices/system/cpu"
@@ -82,7 +82,9 @@ def _first_cpus(r: SysfsReader, base: str, names: tuple[str, ...]) -> frozenset[
         text = r.read(rel)
         if text is None:
             continue
-        value: frozenset[int] | None = parse_cpulist(text) if name.endswith("_list") else parse_cpumask(text)
+        value: frozenset[int] | None = (
+            parse_cpulist(text) if name.endswith("_list") else cached_cpumask(r, text)
+        )
         if value is not None:
             return value
         r.warn(rel, f"not a CPU {'list' if name.endswith('_list') else 'mask'}: {text[:40]!r}")

@@ -44,19 +44,27 @@ def bits(value: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+_NOT_MASK = str.maketrans("", "", "0123456789abcdefABCDEF,")
+
+
 def parse_cpumask(text: str) -> frozenset[int] | None:
     """Kernel bitmap: comma-separated 32-bit hex words, most significant first ('ff,00000001')."""
     t = text.strip()
     if not t:
         return frozenset()
-    words = t.split(",")
-    for w in words:
-        if not w or len(w) > 16 or not _HEX.issuperset(w):
-            return None
-    value = 0
-    for w in words:
-        value = (value << 32) | int(w, 16)
-    return frozenset(bits(value))
+    if t.translate(_NOT_MASK) or ",," in t or t[0] == "," or t[-1] == ",":
+        return None
+    return frozenset(bits(int(t.replace(",", ""), 16)))
+
+
+def cached_cpumask(r: SysfsReader, text: str) -> frozenset[int] | None:
+    """parse_cpumask through the reader's memo: sibling files repeat one mask hundreds of times."""
+    memo: dict[str, frozenset[int] | None] = r.memo
+    if text in memo:
+        return memo[text]
+    value = parse_cpumask(text)
+    memo[text] = value
+    return value
 
 
 def parse_cpulist(text: str) -> frozenset[int] | None:
@@ -140,14 +148,14 @@ def read_hex(r: SysfsReader, rel: str, *, required: bool = False) -> int | None:
 
 def read_cpus(r: SysfsReader, mask_rel: str | None, list_rel: str | None) -> frozenset[int] | None:
     """A CPU set from the mask file, else the list file; None (and a warning) on garbage."""
-    for rel, parser in ((mask_rel, parse_cpumask), (list_rel, parse_cpulist)):
+    for rel, is_mask in ((mask_rel, True), (list_rel, False)):
         if rel is None:
             continue
         text = r.read(rel)
         if text is None:
             continue
-        value = parser(text)
+        value = cached_cpumask(r, text) if is_mask else parse_cpulist(text)
         if value is not None:
             return value
-        r.warn(rel, f"not a CPU {'mask' if parser is parse_cpumask else 'list'}: {text[:40]!r}")
+        r.warn(rel, f"not a CPU {'mask' if is_mask else 'list'}: {text[:40]!r}")
     return None

@@ -24,6 +24,8 @@ class SysfsReader:
         self.root = os.path.abspath(os.fspath(root))
         self._prefix = self.root.rstrip("/") + "/"
         self.warnings: list[DiscoveryWarning] = []
+        # parsed CPU masks by text, for this discovery only
+        self.memo: dict[str, frozenset[int] | None] = {}
         self._record = record
         # what capture must reproduce: files read, links read, folders listed or probed
         self.files: set[str] = set()
