@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,10 @@ class RegistrationServicer:
             return self._status is not None and self._status.registered
 
     def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
-        impl = {"GetInfo": self.get_info, "NotifyRegistrationStatus": self.notify}
+        impl: dict[str, Callable[..., Any]] = {
+            "GetInfo": self.get_info,
+            "NotifyRegistrationStatus": self.notify,
+        }
         handler: grpc.GenericRpcHandler[Any, Any] = grpcglue.service_handler(SERVICE, impl)
         return handler
 

@@ -22,8 +22,6 @@ from pathlib import Path
 
 # sun_path is 108 bytes; the kubelet (Go) accepts paths of up to 108 bytes.
 UNIX_PATH_MAX = 108
-# gRPC core keeps a terminating NUL inside sun_path, so it binds at most 107 bytes directly.
-_GRPC_PATH_MAX = 107
 
 _POD_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,127}$")
 _DRIVER = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -119,19 +117,31 @@ def owner_only() -> Iterator[None]:
 
 @contextmanager
 def grpc_address(path: Path) -> Iterator[str]:
-    """The `unix:` address gRPC should bind for `path`.
+    """The `unix:` address gRPC should bind for `path`, valid inside the `with` block.
 
-    gRPC binds at most 107 bytes, the kubelet dials up to 108: a 108-byte path is bound through
-    a short private symlink to its folder, so the socket still appears at `path`.
+    The address goes through a short private symlink to the socket's folder, removed after
+    binding. Two reasons: gRPC binds at most 107 bytes while the kubelet dials up to 108; and
+    gRPC unlinks the path it bound when it stops, which would delete the socket of an instance
+    that replaced us at the same path. Through the vanished symlink that unlink finds nothing;
+    `OwnedSocket.remove` does the removal, and only while the file is still ours.
     """
     check_length(path)
-    if _length(path) <= _GRPC_PATH_MAX:
+    try:
+        tmp = tempfile.mkdtemp(prefix="topodra-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    except OSError:  # read-only /tmp: bind directly, which works up to 107 bytes
+        tmp = None
+    if tmp is None:
+        if _length(path) > UNIX_PATH_MAX - 1:
+            raise SocketPathError(f"socket path {path} is 108 bytes and no temporary folder is writable")
         yield f"unix:{path}"
         return
-    with tempfile.TemporaryDirectory(prefix="topodra-") as tmp:
-        link = Path(tmp) / "d"
+    link = Path(tmp) / "d"
+    try:
         link.symlink_to(path.parent)
         yield f"unix:{link / path.name}"
+    finally:
+        link.unlink(missing_ok=True)
+        os.rmdir(tmp)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,141 @@
+"""The kubelet's DRAPlugin service, v1 and v1beta1, in front of a `ClaimProcessor`.
+
+Translation only: wire messages become `ClaimRef`s, outcomes become wire messages. A claim
+the processor cannot handle gets its own error string; a gRPC-level error would make the
+kubelet drop the answers of every other claim of the pod, so none is ever raised for a claim,
+not even when the processor itself fails.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+import grpc
+from topodra.common import logs
+from topodra.common.runtime import grpcglue, metrics
+from topodra.common.runtime.driver import ClaimRef
+from topodra.common.runtime.seams import ClaimOutcome, ClaimProcessor
+from topodra.proto.dra.v1 import api_pb2 as v1
+from topodra.proto.dra.v1beta1 import api_pb2 as v1beta1
+
+VERSIONS: dict[str, ModuleType] = {"v1": v1, "v1beta1": v1beta1}
+
+
+def claim_refs(claims: Sequence[Any]) -> tuple[list[ClaimRef], dict[str, str]]:
+    """Split the request into claims to process and per-UID errors for malformed entries."""
+    refs: list[ClaimRef] = []
+    errors: dict[str, str] = {}
+    seen: set[str] = set()
+    for c in claims:
+        missing = [f for f in ("namespace", "uid", "name") if not getattr(c, f)]
+        if missing:
+            errors[c.uid] = f"claim {c.namespace}/{c.name} (uid {c.uid!r}) lacks {', '.join(missing)}"
+        elif c.uid not in seen:  # the kubelet never repeats a claim; a repeat is answered once
+            seen.add(c.uid)
+            refs.append(ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid))
+    return refs, errors
+
+
+def prepare_response(pb: ModuleType, outcomes: dict[str, ClaimOutcome]) -> Any:
+    response = pb.NodePrepareResourcesResponse()
+    with_share_id = "share_id" in pb.Device.DESCRIPTOR.fields_by_name
+    for uid, outcome in outcomes.items():
+        entry = response.claims[uid]
+        if outcome.error:
+            entry.error = outcome.error
+            continue
+        for d in outcome.devices:
+            device = entry.devices.add(
+                request_names=d.request_names,
+                pool_name=d.pool,
+                device_name=d.device,
+                cdi_device_ids=d.cdi_device_ids,
+            )
+            if with_share_id and d.share_id is not None:
+                device.share_id = d.share_id
+    return response
+
+
+def unprepare_response(pb: ModuleType, errors: dict[str, str]) -> Any:
+    response = pb.NodeUnprepareResourcesResponse()
+    for uid, error in errors.items():
+        response.claims[uid].error = error
+    return response
+
+
+class DRAServicer:
+    """NodePrepareResources/NodeUnprepareResources for one driver, under both API versions."""
+
+    def __init__(self, driver: str, processor: ClaimProcessor) -> None:
+        self.driver = driver
+        self.processor = processor
+        self._log = logs.get(__name__, driver=driver)
+
+    def handlers(self) -> list[grpc.GenericRpcHandler[Any, Any]]:
+        out: list[grpc.GenericRpcHandler[Any, Any]] = []
+        for version, pb in VERSIONS.items():
+            impl = {
+                "NodePrepareResources": self._bind(self.prepare, pb, version),
+                "NodeUnprepareResources": self._bind(self.unprepare, pb, version),
+            }
+            out.append(grpcglue.service_handler(pb.DESCRIPTOR.services_by_name["DRAPlugin"], impl))
+        return out
+
+    @staticmethod
+    def _bind(method: Any, pb: ModuleType, version: str) -> Any:
+        return lambda request, context: method(request, pb, version)
+
+    def prepare(self, request: Any, pb: ModuleType, version: str) -> Any:
+        start = time.perf_counter()
+        refs, outcomes_err = claim_refs(request.claims)
+        outcomes = {uid: ClaimOutcome(error=e) for uid, e in outcomes_err.items()}
+        outcomes.update(self._call("prepare", refs, self._prepare_all))
+        self._count("prepare", len(request.claims), [o.error for o in outcomes.values()])
+        response = prepare_response(pb, outcomes)
+        self._observe("NodePrepareResources", version, start, len(refs))
+        return response
+
+    def unprepare(self, request: Any, pb: ModuleType, version: str) -> Any:
+        start = time.perf_counter()
+        refs, errors = claim_refs(request.claims)
+        errors.update(self._call("unprepare", refs, self._unprepare_all))
+        self._count("unprepare", len(request.claims), list(errors.values()))
+        response = unprepare_response(pb, errors)
+        self._observe("NodeUnprepareResources", version, start, len(refs))
+        return response
+
+    def _prepare_all(self, refs: list[ClaimRef]) -> dict[str, ClaimOutcome]:
+        got = self.processor.prepare(refs) if refs else {}
+        return {r.uid: got.get(r.uid) or ClaimOutcome(error=self._lost(r, "prepare")) for r in refs}
+
+    def _unprepare_all(self, refs: list[ClaimRef]) -> dict[str, str]:
+        got = self.processor.unprepare(refs) if refs else {}
+        return {r.uid: got[r.uid] if r.uid in got else self._lost(r, "unprepare") for r in refs}
+
+    def _lost(self, ref: ClaimRef, operation: str) -> str:
+        self._log.error("claim processor gave no answer for a claim", operation=operation, **logs.claim(ref))
+        return f"internal error: no {operation} result for claim {ref.namespace}/{ref.name}"
+
+    def _call(self, operation: str, refs: list[ClaimRef], run: Any) -> Any:
+        try:
+            return run(refs)
+        except Exception as e:  # a bug in the core must not become a gRPC error for the batch
+            self._log.exception("claim processor failed", operation=operation, claims=[r.uid for r in refs])
+            message = f"internal error during {operation}: {type(e).__name__}: {e}"
+            if operation == "prepare":
+                return {r.uid: ClaimOutcome(error=message) for r in refs}
+            return {r.uid: message for r in refs}
+
+    def _count(self, operation: str, n: int, errors: list[str]) -> None:
+        metrics.CLAIM_OPERATIONS.labels(self.driver, operation).inc(n)
+        failed = sum(1 for e in errors if e)
+        if failed:
+            metrics.CLAIM_ERRORS.labels(self.driver, operation).inc(failed)
+
+    def _observe(self, method: str, version: str, start: float, n: int) -> None:
+        elapsed = time.perf_counter() - start
+        metrics.GRPC_DURATION.labels(self.driver, method, version).observe(elapsed)
+        self._log.debug("kubelet call answered", method=method, version=version, claims=n, seconds=elapsed)

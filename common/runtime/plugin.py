@@ -1,0 +1,215 @@
+"""One driver's kubelet plugin: its sockets, its gRPC servers and what hangs off them.
+
+    plugin = Plugin(driver, processor, PluginOptions(kubelet_root=..., node_name=...), publisher)
+    plugin.start()        # DRA socket first, then the registration socket (kubelet may dial at once)
+    ...
+    plugin.stop()         # registration socket first, so the kubelet stops routing to us
+
+`Plugin.run()` does both around SIGTERM/SIGINT; `serve_all` does it for several plugins in one
+process (`topodra serve all`). Claim processing lives behind `ClaimProcessor`; publishing
+ResourceSlices behind `Publisher` (common/publisher's SlicePublisher fits it).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+from topodra.common import logs
+from topodra.common.device import Device
+from topodra.common.runtime import sockets
+from topodra.common.runtime.draserver import DRAServicer
+from topodra.common.runtime.driver import Driver
+from topodra.common.runtime.health import HealthMonitor
+from topodra.common.runtime.registration import RegistrationServicer
+from topodra.common.runtime.seams import ClaimProcessor
+
+DEFAULT_KUBELET_ROOT = Path("/var/lib/kubelet")
+
+
+class Publisher(Protocol):
+    """Keeps this node's ResourceSlices of one driver equal to the device list it was given."""
+
+    def set_devices(self, devices: Sequence[Device]) -> None: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PluginOptions:
+    kubelet_root: Path = DEFAULT_KUBELET_ROOT
+    node_name: str = ""
+    pod_uid: str | None = None  # set: rolling-update socket names (two instances side by side)
+    pool: str | None = None  # the ResourceSlice pool of our devices; default: the node name
+    grpc_workers: int = 16  # health streams hold a worker each while open
+    health_poll_interval: float = 1.0
+    health_resend_interval: float = 10.0
+    health_timeout_seconds: int = 30
+    stop_grace: float = 5.0
+    registry_dir: Path | None = None  # default <kubelet root>/plugins_registry
+    plugin_dir: Path | None = None  # default <kubelet root>/plugins/<driver>
+
+
+@dataclass(slots=True)
+class _Server:
+    server: grpc.Server
+    socket: sockets.OwnedSocket
+
+
+@dataclass
+class PluginStatus:
+    driver: str
+    serving: bool
+    registered: bool | None  # None: the kubelet has not called NotifyRegistrationStatus yet
+    registration_error: str = ""
+    sockets: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        return self.serving and self.registered is True
+
+
+class Plugin:
+    def __init__(
+        self,
+        driver: Driver,
+        processor: ClaimProcessor,
+        options: PluginOptions,
+        publisher: Publisher | None = None,
+    ) -> None:
+        self.driver = driver
+        self.processor = processor
+        self.options = options
+        self.publisher = publisher
+        name = sockets.check_driver_name(driver.name)
+        root = options.kubelet_root
+        self.registry_dir = options.registry_dir or root / "plugins_registry"
+        self.plugin_dir = options.plugin_dir or root / "plugins" / name
+        # Both names are computed (and length-checked) before anything is created.
+        self.dra_socket = sockets.dra_socket(self.plugin_dir, options.pod_uid)
+        self.registration_socket = sockets.registration_socket(self.registry_dir, name, options.pod_uid)
+        self.registration = RegistrationServicer(name, self.dra_socket)
+        self.dra = DRAServicer(name, processor)
+        self.health = HealthMonitor(
+            driver,
+            options.pool or options.node_name,
+            poll_interval=options.health_poll_interval,
+            resend_interval=options.health_resend_interval,
+            timeout_seconds=options.health_timeout_seconds,
+            on_devices=publisher.set_devices if publisher else None,
+        )
+        self._dra_server: _Server | None = None
+        self._reg_server: _Server | None = None
+        self._lock = threading.Lock()
+        self._log = logs.get(__name__, driver=name)
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        with self._lock:
+            if self._dra_server is not None:
+                return
+            try:
+                self.health.start()
+                self._dra_server = self._listen(
+                    self.dra_socket,
+                    [*self.dra.handlers(), *self.health.handlers()],
+                    self.options.grpc_workers,
+                )
+                if self.publisher is not None:
+                    self.publisher.start()
+                self._reg_server = self._listen(self.registration_socket, [self.registration.handler()], 2)
+            except BaseException:
+                self._stop_locked()
+                raise
+        self._log.info(
+            "plugin serving",
+            dra_socket=str(self.dra_socket),
+            registration_socket=str(self.registration_socket),
+        )
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop_locked()
+
+    def _stop_locked(self) -> None:
+        # Registration first: once its socket is gone the kubelet deregisters this instance and
+        # sends new calls elsewhere; calls in flight on the DRA socket get the grace period.
+        for attr in ("_reg_server", "_dra_server"):
+            running: _Server | None = getattr(self, attr)
+            if running is None:
+                continue
+            running.socket.remove()
+            running.server.stop(self.options.stop_grace).wait()
+            running.socket.remove()
+            setattr(self, attr, None)
+        self.health.stop()
+        if self.publisher is not None:
+            try:
+                self.publisher.stop()
+            except Exception:
+                self._log.exception("publisher failed to stop")
+        self._log.info("plugin stopped")
+
+    def _listen(self, path: Path, handlers: list[grpc.GenericRpcHandler[Any, Any]], workers: int) -> _Server:
+        with sockets.owner_only():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        if sockets.remove_stale(path):
+            self._log.warning("removed stale socket", socket=str(path))
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"grpc-{path.name}"),
+            handlers=handlers,
+            options=[("grpc.so_reuseport", 0)],
+        )
+        with sockets.grpc_address(path) as address, sockets.owner_only():
+            server.add_insecure_port(address)
+        owned = sockets.OwnedSocket.record(path)
+        server.start()
+        return _Server(server, owned)
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Serve until SIGTERM/SIGINT (or `stop` is set), then clean up."""
+        serve_all([self], stop)
+
+    # --- state --------------------------------------------------------------------------------
+    def status(self) -> PluginStatus:
+        reg = self.registration.status
+        return PluginStatus(
+            driver=self.driver.name,
+            serving=self._dra_server is not None and self._reg_server is not None,
+            registered=None if reg is None else reg.registered,
+            registration_error="" if reg is None else reg.error,
+            sockets={"dra": str(self.dra_socket), "registration": str(self.registration_socket)},
+        )
+
+
+def serve_all(
+    plugins: Sequence[Plugin],
+    stop: threading.Event | None = None,
+    on_started: Callable[[], None] | None = None,
+) -> None:
+    """Start every plugin, wait for SIGTERM/SIGINT or `stop`, stop them all (also on errors)."""
+    stop = stop or threading.Event()
+    previous: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
+    started: list[Plugin] = []
+    try:
+        for p in plugins:
+            p.start()
+            started.append(p)
+        if on_started is not None:
+            on_started()
+        while not stop.wait(1.0):
+            pass
+    finally:
+        for p in reversed(started):
+            p.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
