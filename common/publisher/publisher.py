@@ -1,0 +1,514 @@
+"""Keeps this node's ResourceSlices of one driver equal to the driver's devices.
+
+Two threads, one job each:
+- the watch thread lists and watches our own slices (field selector driver + node) into a cache,
+  relisting after 410 Gone or any error; a change that did not come from our own writes
+  (someone deleted or edited a slice, the kubelet wiped the node's slices at its start)
+  schedules a sync after `resync_delay` (1 s, where the Go helper waits 30 s);
+- the sync thread plans against that cache (`plan.plan_sync`: zero writes when nothing
+  changed) and writes deletes, then updates, then creates, storing every server answer in the
+  cache at once. Our own writes therefore never look foreign when their watch events arrive,
+  and never cause another sync.
+Every API failure is retried with capped exponential backoff and jitter; nothing escapes the
+threads, so a broken API server never takes the driver down.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from topodra.common import logs
+from topodra.common.device import CounterSet, Device
+from topodra.common.publisher import compare
+from topodra.common.publisher.api import ApiError, KubeSliceApi, SliceApi, WatchStream
+from topodra.common.publisher.backoff import Backoff
+from topodra.common.publisher.build import merge_retained, slice_specs
+from topodra.common.publisher.plan import SyncPlan, plan_sync
+from topodra.common.publisher.validation import DEFAULT_LIMITS, Limits, Problem, validate
+from topodra.common.runtime import metrics
+
+_FEATURE_HINT = {
+    compare.TAINTS: "device taints",
+    compare.PARTITIONABLE: "counters / per-device node selection",
+    compare.CONSUMABLE: "allowMultipleAllocations / capacity requestPolicy",
+    compare.BINDING: "binding conditions",
+    compare.LIST_ATTRIBUTES: "list-typed attributes",
+    compare.NODE_ALLOCATABLE: "nodeAllocatableResources",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherStatus:
+    """What the publisher knows now; cheap to take, safe to hand to other threads."""
+
+    synced: bool  # the stored slices equal the desired ones
+    generation: int
+    slices: tuple[str, ...]  # names of the stored slices of our pool
+    devices: int  # devices desired (after validation and retained merge)
+    problems: tuple[Problem, ...]  # what validation left out
+    dropped_features: tuple[str, ...]  # gates the API server has off, detected from what it stored
+    last_error: str | None
+    last_success: float | None  # unix time of the last sync that ended equal
+    writes: Mapping[str, int] = field(default_factory=dict)  # accepted writes by verb
+    failures: int = 0  # consecutive failed syncs
+
+
+class SlicePublisher:
+    """Publishes one driver's devices for one node; see the module docstring for how.
+
+    `api_client` is a `kubernetes.client.ApiClient` (or any `SliceApi`). `set_devices` may be
+    called from any thread at any time (before or after `start`); slices are written only after
+    the first call, so a driver never publishes an empty pool by accident at start-up.
+    """
+
+    def __init__(
+        self,
+        api_client: Any,
+        driver_name: str,
+        node_name: str,
+        *,
+        node_uid: str | None = None,
+        resync_delay: float = 1.0,
+        resync_period: float = 600.0,
+        watch_timeout: int = 300,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+        limits: Limits = DEFAULT_LIMITS,
+        on_status: Callable[[PublisherStatus], None] | None = None,
+    ) -> None:
+        self.api: SliceApi = api_client if hasattr(api_client, "create_slice") else KubeSliceApi(api_client)
+        self.driver_name = driver_name
+        self.node_name = node_name
+        self.field_selector = f"spec.driver={driver_name},spec.nodeName={node_name}"
+        self._node_uid = node_uid
+        self._resync_delay = resync_delay
+        self._resync_period = resync_period
+        self._watch_timeout = watch_timeout
+        self._limits = limits
+        self._on_status = on_status
+        self._log = logs.get(__name__, driver=driver_name, pool=node_name)
+
+        self._cond = threading.Condition(threading.RLock())
+        self._stopping = threading.Event()
+        # desired state (guarded by _cond)
+        self._specs: list[dict[str, Any]] | None = None
+        self._devices: tuple[Device, ...] = ()
+        self._problems: tuple[Problem, ...] = ()
+        # what the server has (guarded by _cond)
+        self._cache: dict[str, dict[str, Any]] = {}
+        self._cache_ready = False
+        self._need_relist = False
+        # scheduling (guarded by _cond)
+        self._due: float | None = None
+        self._not_before = 0.0
+        self._synced = False
+        self._disabled: set[str] = set()
+        self._last_error: str | None = None
+        self._last_success: float | None = None
+        self._generation = 0
+        self._writes: Counter[str] = Counter()
+        self._sync_backoff = Backoff(backoff_initial, backoff_max)
+        self._watch_backoff = Backoff(backoff_initial, backoff_max)
+        self._stream: WatchStream | None = None
+        self._threads: list[threading.Thread] = []
+
+    # ---- what the runtime calls -------------------------------------------------------------
+
+    def set_devices(
+        self,
+        devices: Sequence[Device],
+        *,
+        retained: Mapping[str, Device] | None = None,
+        counter_sets: Sequence[CounterSet] = (),
+    ) -> None:
+        """Publish exactly these devices (plus `retained`: allocated devices gone from discovery,
+        with their last known attributes). Validation problems are logged once per change."""
+        with self._cond:
+            previous = [d.name for d in self._devices]
+            merged = merge_retained(devices, retained or {}, previous)
+            checked = validate(merged, counter_sets, self._limits)
+            specs = slice_specs(self.driver_name, self.node_name, checked.devices, checked.counter_sets)
+            if checked.problems != self._problems:
+                for problem in checked.problems:
+                    self._log.warning(
+                        "device left out of the ResourceSlices"
+                        if problem.action == "dropped-device"
+                        else "attribute left out of the ResourceSlices",
+                        device=problem.device,
+                        rule=problem.rule,
+                        field=problem.field,
+                        error=problem.detail,
+                        action=problem.action,
+                    )
+            self._problems = checked.problems
+            self._devices = checked.devices
+            if specs == self._specs:
+                return
+            self._specs = specs
+            metrics.PUBLISHED_DEVICES.labels(self.driver_name).set(len(checked.devices))
+            self._trigger(0.0)
+
+    def start(self) -> None:
+        if self._threads:
+            return
+        self._stopping.clear()
+        for target, name in ((self._watch_loop, "watch"), (self._sync_loop, "sync")):
+            thread = threading.Thread(target=target, name=f"slices-{name}-{self.driver_name}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def stop(self, delete_slices: bool = False, timeout: float = 10.0) -> None:
+        """Stop both threads. Slices stay by default: the kubelet and Node GC remove them, and a
+        restarted driver adopts them without a write. `delete_slices=True` (the
+        `--delete-slices-on-exit` option, for uninstalls) deletes them, best effort within `timeout`."""
+        deadline = time.monotonic() + timeout
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+            stream = self._stream
+        if stream is not None:
+            stream.stop()
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._threads = []
+        if delete_slices:
+            self._delete_all(deadline)
+
+    def wait_synced(self, timeout: float) -> bool:
+        """Block until the stored slices equal the desired ones; False on timeout."""
+        with self._cond:
+            done = self._cond.wait_for(lambda: self._synced or self._stopping.is_set(), timeout)
+            return done and self._synced
+
+    def status(self) -> PublisherStatus:
+        with self._cond:
+            names = tuple(sorted(self._pool_slices()))
+            return PublisherStatus(
+                synced=self._synced,
+                generation=self._generation,
+                slices=names,
+                devices=len(self._devices),
+                problems=self._problems,
+                dropped_features=tuple(sorted(self._disabled)),
+                last_error=self._last_error,
+                last_success=self._last_success,
+                writes=dict(self._writes),
+                failures=self._sync_backoff.failures,
+            )
+
+    def published(self) -> list[dict[str, Any]]:
+        """The stored ResourceSlices of our pool as last seen (copies, sorted by name)."""
+        with self._cond:
+            return [copy.deepcopy(self._cache[n]) for n in sorted(self._pool_slices())]
+
+    def published_devices(self) -> tuple[Device, ...]:
+        """The devices we publish (validated, retained ones included), in slice order."""
+        with self._cond:
+            return self._devices
+
+    # ---- sync thread ------------------------------------------------------------------------
+
+    def _trigger(self, delay: float) -> None:
+        """Schedule a sync (caller holds _cond). Never earlier than the current backoff allows."""
+        due = max(time.monotonic() + delay, self._not_before)
+        self._due = due if self._due is None else min(self._due, due)
+        self._synced = False
+        self._cond.notify_all()
+
+    def _sync_loop(self) -> None:
+        while not self._stopping.is_set():
+            with self._cond:
+                while not self._stopping.is_set():
+                    now = time.monotonic()
+                    if self._due is not None and now >= self._due and self._cache_ready:
+                        break
+                    wait = self._resync_period if self._due is None else max(0.01, self._due - now)
+                    if not self._cache_ready:
+                        wait = min(wait, 0.5)
+                    if not self._cond.wait(wait) and self._due is None and self._specs is not None:
+                        self._trigger(0.0)  # periodic check; writes nothing when all is equal
+                if self._stopping.is_set():
+                    return
+                self._due = None
+            try:
+                self._sync()
+            except ApiError as err:
+                self._failed(err)
+            except Exception as err:  # a bug must not end publishing: log it, retry with backoff
+                self._log.exception("slice sync failed unexpectedly", error=str(err))
+                self._failed(ApiError("sync", None, f"{type(err).__name__}: {err}"))
+
+    def _sync(self) -> None:
+        with self._cond:
+            specs = self._specs
+        if specs is None:
+            return
+        if self._node_uid is None:
+            node = self.api.get_node(self.node_name)
+            self._node_uid = str(node["metadata"]["uid"])
+        if self._need_relist:
+            items, version = self.api.list_slices(self.field_selector)
+            with self._cond:
+                self._merge_list(items, version)
+                self._need_relist = False
+        for _ in range(5):  # a pass writes; the next must find nothing left to do
+            with self._cond:
+                specs = self._specs
+                existing = list(self._cache.values())
+                disabled = set(self._disabled)
+            assert specs is not None
+            plan = plan_sync(
+                specs,
+                existing,
+                driver_name=self.driver_name,
+                node_name=self.node_name,
+                node_uid=self._node_uid,
+                disabled_features=disabled,
+            )
+            if plan.writes == 0:
+                self._succeeded(plan)
+                return
+            self._log.info(
+                "writing ResourceSlices",
+                generation=plan.generation,
+                slices=plan.slice_count,
+                deletes=len(plan.deletes),
+                updates=len(plan.updates),
+                creates=len(plan.creates),
+                reasons=sorted({d.reason for d in plan.deletes}),
+            )
+            self._execute(plan)
+        self._log.warning("slices still differ after several passes; retrying later")
+        with self._cond:
+            self._trigger(self._resync_delay)
+
+    def _execute(self, plan: SyncPlan) -> None:
+        api = self.api
+        for delete in plan.deletes:
+            with self._cond:  # forget it first: its DELETED event must not look foreign
+                self._cache.pop(delete.name, None)
+            self._write("delete", partial(api.delete_slice, delete.name, delete.uid, delete.resource_version))
+        for body in plan.updates:
+            stored = self._write("update", partial(api.replace_slice, body["metadata"]["name"], body), body)
+            self._stored(body, stored)
+        for body in plan.creates:
+            stored = self._write("create", partial(api.create_slice, body), body)
+            self._stored(body, stored)
+
+    def _write(self, verb: str, call: Callable[[], Any], body: Mapping[str, Any] | None = None) -> Any:
+        try:
+            result = call()
+        except ApiError as err:
+            with self._cond:  # our view may be stale (conflict, or a write whose answer we lost)
+                self._need_relist = True
+            if body is not None and err.status == 422 and self._list_attributes_rejected(err, body):
+                return None
+            raise
+        metrics.SLICE_WRITES.labels(self.driver_name, verb).inc()
+        with self._cond:
+            self._writes[verb] += 1
+        return result
+
+    def _list_attributes_rejected(self, err: ApiError, body: Mapping[str, Any]) -> bool:
+        """A list attribute is dropped and then fails validation when its gate is off (§4.5)."""
+        spec = body.get("spec") or {}
+        hint = any(word in err.reason for word in ("ints", "bools", "strings", "versions", "exactly one"))
+        with self._cond:
+            if compare.LIST_ATTRIBUTES in self._disabled or not hint:
+                return False
+            if not compare.uses_list_attributes(spec):
+                return False
+            self._feature_off({compare.LIST_ATTRIBUTES}, str(body.get("metadata", {}).get("name", "")))
+        return True
+
+    def _stored(self, sent: Mapping[str, Any], stored: dict[str, Any] | None) -> None:
+        if not stored:
+            return
+        name = stored["metadata"]["name"]
+        with self._cond:
+            self._cache[name] = stored
+            dropped = compare.dropped_features(sent.get("spec") or {}, stored.get("spec") or {})
+            if dropped - self._disabled:
+                self._feature_off(dropped - self._disabled, name)
+
+    def _feature_off(self, features: set[str], slice_name: str) -> None:
+        """Expect what the server drops from now on, so we do not rewrite it in a loop."""
+        self._disabled |= features
+        for feature in sorted(features):
+            self._log.warning(
+                "API server dropped fields: feature gate probably off; publishing without them",
+                feature=feature,
+                fields=_FEATURE_HINT.get(feature, ""),
+                slice=slice_name,
+            )
+
+    def _succeeded(self, plan: SyncPlan) -> None:
+        metrics.SLICE_LAST_SUCCESS.labels(self.driver_name).set(time.time())
+        with self._cond:
+            self._sync_backoff.reset()
+            self._not_before = 0.0
+            self._last_error = None
+            self._last_success = time.time()
+            self._generation = plan.generation
+            self._synced = self._due is None
+            self._cond.notify_all()
+        if self._on_status is not None:
+            self._on_status(self.status())
+
+    def _failed(self, err: ApiError) -> None:
+        metrics.SLICE_ERRORS.labels(self.driver_name, err.verb, err.code).inc()
+        with self._cond:
+            delay = self._sync_backoff.next_delay(err.retry_after)
+            if err.status == 409 and self._sync_backoff.failures <= 1:
+                delay = min(delay, 0.2)  # a conflict is resolved by the relist, not by waiting
+            self._last_error = str(err)
+            self._not_before = time.monotonic() + delay
+            self._trigger(delay)
+        self._log.warning(
+            "slice sync failed; retrying", error=str(err), status=err.code, retry_in=round(delay, 2)
+        )
+
+    # ---- watch thread -----------------------------------------------------------------------
+
+    def _watch_loop(self) -> None:
+        version: str | None = None
+        while not self._stopping.is_set():
+            try:
+                if version is None:
+                    items, version = self.api.list_slices(self.field_selector)
+                    with self._cond:
+                        self._merge_list(items, version)
+                started = time.monotonic()
+                events = 0
+                stream = self.api.watch_slices(self.field_selector, version, self._watch_timeout)
+                with self._cond:
+                    self._stream = stream
+                if self._stopping.is_set():
+                    stream.stop()
+                    return
+                for event in stream:
+                    events += 1
+                    version = self._on_event(event) or version
+                    if self._stopping.is_set():
+                        return
+                if events == 0 and time.monotonic() - started < 1.0:
+                    raise ApiError("watch", None, "watch ended at once")  # do not spin
+                self._watch_backoff.reset()
+            except ApiError as err:
+                if self._stopping.is_set():
+                    return
+                version = None
+                if err.status == 410:  # our resourceVersion is too old: relist at once
+                    continue
+                metrics.SLICE_ERRORS.labels(self.driver_name, "watch", err.code).inc()
+                delay = self._watch_backoff.next_delay(err.retry_after)
+                self._log.warning("slice watch failed; relisting", error=str(err), retry_in=round(delay, 2))
+                self._stopping.wait(delay)
+            except Exception as err:
+                self._log.exception("slice watch failed unexpectedly", error=str(err))
+                version = None
+                self._stopping.wait(self._watch_backoff.next_delay())
+            finally:
+                with self._cond:
+                    self._stream = None
+
+    def _on_event(self, event: Mapping[str, Any]) -> str | None:
+        """Apply one watch event to the cache; a change we did not make schedules a resync."""
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        meta = obj.get("metadata") or {}
+        version = meta.get("resourceVersion")
+        if kind == "BOOKMARK":
+            return str(version) if version else None
+        name = meta.get("name")
+        if kind not in ("ADDED", "MODIFIED", "DELETED") or not name:
+            return str(version) if version else None
+        with self._cond:
+            known = self._cache.get(name)
+            if kind == "DELETED":
+                if known is None:
+                    return str(version) if version else None  # our own delete
+                del self._cache[name]
+            else:
+                if known is not None and not _newer(obj, known):
+                    return str(version) if version else None  # our own write, already applied
+                self._cache[name] = dict(obj)
+            self._log.info("slice changed by someone else; resyncing", slice=name, event=kind)
+            self._trigger(self._resync_delay)
+        return str(version) if version else None
+
+    def _merge_list(self, items: Sequence[dict[str, Any]], version: str) -> None:
+        """Replace the cache with a list result without losing our writes that came after it."""
+        listed = {i["metadata"]["name"]: i for i in items}
+        merged: dict[str, dict[str, Any]] = {}
+        for name, obj in listed.items():
+            known = self._cache.get(name)
+            merged[name] = known if known is not None and _newer(known, obj) else obj
+        for name, obj in self._cache.items():
+            if name not in listed and _version(obj) > _int(version):
+                merged[name] = obj  # created after the list was taken
+        changed = merged != self._cache
+        self._cache = merged
+        first = not self._cache_ready
+        self._cache_ready = True
+        if (first or changed) and self._specs is not None:
+            self._trigger(0.0 if first else self._resync_delay)
+        self._cond.notify_all()
+
+    def _pool_slices(self) -> list[str]:
+        return [
+            name
+            for name, obj in self._cache.items()
+            if ((obj.get("spec") or {}).get("pool") or {}).get("name") == self.node_name
+        ]
+
+    # ---- shutdown ---------------------------------------------------------------------------
+
+    def _delete_all(self, deadline: float) -> None:
+        backoff = Backoff(0.2, 2.0)
+        while True:
+            try:
+                items, _ = self.api.list_slices(self.field_selector)
+                for obj in items:
+                    meta = obj["metadata"]
+                    self.api.delete_slice(meta["name"], meta.get("uid", ""), meta.get("resourceVersion", ""))
+                    metrics.SLICE_WRITES.labels(self.driver_name, "delete").inc()
+                    with self._cond:
+                        self._writes["delete"] += 1
+                        self._cache.pop(meta["name"], None)
+                self._log.info("deleted our ResourceSlices on exit", slices=len(items))
+                return
+            except ApiError as err:
+                delay = backoff.next_delay(err.retry_after)
+                if time.monotonic() + delay > deadline:
+                    self._log.error("could not delete our ResourceSlices on exit", error=str(err))
+                    return
+                time.sleep(delay)
+
+
+def _int(version: Any) -> int:
+    try:
+        return int(version)
+    except (TypeError, ValueError):
+        return -1
+
+
+def _version(obj: Mapping[str, Any]) -> int:
+    return _int((obj.get("metadata") or {}).get("resourceVersion"))
+
+
+def _newer(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Is `a` a later state than `b`? resourceVersions are etcd revisions in practice; when they
+    do not parse, a different version counts as newer."""
+    va, vb = _version(a), _version(b)
+    if va >= 0 and vb >= 0:
+        return va > vb
+    ra = (a.get("metadata") or {}).get("resourceVersion")
+    return bool(ra != (b.get("metadata") or {}).get("resourceVersion"))
