@@ -33,7 +33,6 @@ import errno
 import fcntl
 import hashlib
 import json
-import logging
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -41,12 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from topodra.common import logs
 from topodra.common.cdi.spec import atomic_write, edits_from_cdi, edits_to_cdi
 from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, Preparation, PreparedDevice
 from topodra.common.runtime.names import is_dns_subdomain
 from topodra.common.runtime.seams import ResultDevice
 
-log = logging.getLogger("topodra.runtime.checkpoint")
+log = logs.get("topodra.runtime.checkpoint")
 
 FORMAT = "topodra.io/claim-checkpoint"
 VERSION = 1
@@ -312,12 +312,12 @@ class Checkpoint:
             )
             os.replace(self.path, aside)
             log.error(
-                "checkpoint %s is corrupt (%s); kept aside as %s and starting without it: claims it "
-                "recorded are unknown to this driver until the kubelet sends them again",
-                self.path,
-                e,
-                aside,
-                extra={"checkpoint": str(self.path), "aside": str(aside)},
+                f"checkpoint {self.path} is corrupt ({e}); kept aside as {aside} and starting without it: "
+                "claims it recorded are unknown to this driver until the kubelet sends them again",
+                driver=self.driver,
+                checkpoint=str(self.path),
+                aside=str(aside),
+                error=str(e),
             )
             self._identity = None
             return {}, False

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import re
 import threading
 import time
@@ -28,9 +27,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from topodra.common import logs
 from topodra.common.cdi.edits import ContainerEdits
 from topodra.common.cdi.spec import CdiWriter, SpecDevice, SpecError, build_spec
 from topodra.common.device import Device
+from topodra.common.runtime import metrics
 from topodra.common.runtime.checkpoint import Checkpoint, ClaimRecord, LockTimeout, Phase
 from topodra.common.runtime.claimsource import ClaimNotFound, ClaimSource, ClaimSourceError
 from topodra.common.runtime.driver import (
@@ -50,7 +51,7 @@ from topodra.common.runtime.names import (
 )
 from topodra.common.runtime.seams import ClaimOutcome, ResultDevice
 
-log = logging.getLogger("topodra.runtime.claims")
+_log = logs.get("topodra.runtime.claims")
 
 CDI_CLASS = "claim"
 CONFIG_SOURCES = ("FromClass", "FromClaim")
@@ -66,10 +67,6 @@ class ClaimFailure(Exception):
 
 def _label(claim: ClaimRef) -> str:
     return f"claim {claim.namespace}/{claim.name} (uid {claim.uid})"
-
-
-def _extra(claim: ClaimRef, **more: Any) -> dict[str, Any]:
-    return {"claim": f"{claim.namespace}/{claim.name}", "claim_uid": claim.uid, **more}
 
 
 def _env_token(value: str) -> str:
@@ -93,32 +90,21 @@ class ReconcileReport:
 
 
 class _Metrics:
-    """Increments the shared runtime metrics when that module is present (it belongs to the gRPC
-    plane); absent or different, the core still works."""
+    """The claim core's share of the runtime metrics (see metrics.py for who counts what)."""
 
     def __init__(self, driver: str) -> None:
-        self._driver = driver
-        try:
-            from topodra.common.runtime import metrics
-        except ImportError:
-            self._m: Any = None
-        else:
-            self._m = metrics
+        self._prepare = metrics.CLAIM_DURATION.labels(driver, "prepare")
+        self._unprepare = metrics.CLAIM_DURATION.labels(driver, "unprepare")
+        self._prepared = metrics.PREPARED_CLAIMS.labels(driver)
 
-    def _call(self, name: str, *args: Any) -> None:
-        fn = getattr(self._m, name, None) if self._m is not None else None
-        if callable(fn):
-            with contextlib.suppress(Exception):
-                fn(self._driver, *args)
+    def prepare(self, seconds: float) -> None:
+        self._prepare.observe(seconds)
 
-    def prepare(self, seconds: float, ok: bool) -> None:
-        self._call("observe_prepare", seconds, ok)
-
-    def unprepare(self, seconds: float, ok: bool) -> None:
-        self._call("observe_unprepare", seconds, ok)
+    def unprepare(self, seconds: float) -> None:
+        self._unprepare.observe(seconds)
 
     def prepared(self, count: int) -> None:
-        self._call("set_prepared_claims", count)
+        self._prepared.set(count)
 
 
 class ClaimManager:
@@ -155,6 +141,7 @@ class ClaimManager:
         self._started = False
         self._clean_load = True
         self._metrics = _Metrics(driver.name)
+        self._log = _log.bind(driver=driver.name)
         self._stop = threading.Event()
         self._reconciler: threading.Thread | None = None
 
@@ -198,7 +185,7 @@ class ClaimManager:
         """Another instance changed the checkpoint: adopt its view, tell the driver."""
         records, _ = self._checkpoint.load()
         self._records = records
-        log.info("checkpoint changed by another instance; reloaded %d claims", len(records))
+        self._log.info(f"checkpoint changed by another instance; reloaded {len(records)} claims")
         self.driver.restore(self._completed_preparations())
 
     def _completed_preparations(self) -> dict[ClaimRef, Preparation]:
@@ -210,11 +197,11 @@ class ClaimManager:
         self._clean_load = clean
         self._started = True
         for path in self._cdi.remove_stale_temps():
-            log.info("removed stale CDI temp file %s", path)
+            self._log.info(f"removed stale CDI temp file {path}")
         for rec in list(self._records.values()):
             if rec.phase is Phase.STARTED:
-                log.warning(
-                    "%s: prepare was interrupted; rolling back", _label(rec.claim), extra=_extra(rec.claim)
+                self._log.warning(
+                    f"{_label(rec.claim)}: prepare was interrupted; rolling back", **logs.claim(rec.claim)
                 )
                 self._rollback(rec)
         self.driver.restore(self._completed_preparations())
@@ -226,15 +213,10 @@ class ClaimManager:
             for spec_id in self._cdi.list_ids():
                 if spec_id not in known:
                     self._cdi.remove(spec_id)
-                    log.info("removed CDI spec of unknown claim uid %s", spec_id)
+                    self._log.info(f"removed CDI spec of unknown claim uid {spec_id}", claim_uid=spec_id)
         self._save_best_effort()
         self._metrics.prepared(self._count_completed())
-        log.info(
-            "recovered %d prepared claims from %s",
-            self._count_completed(),
-            self._checkpoint.path,
-            extra={"driver": self.driver.name},
-        )
+        self._log.info(f"recovered {self._count_completed()} prepared claims from {self._checkpoint.path}")
 
     def _ensure_spec(self, rec: ClaimRecord) -> None:
         """A reboot empties /var/run/cdi: put the exact spec back if it is missing or differs."""
@@ -242,15 +224,17 @@ class ClaimManager:
         try:
             if self._cdi.read(spec_id) != rec.cdi_spec:
                 self._cdi.write(spec_id, rec.cdi_spec)
-                log.info("rewrote CDI spec for %s", _label(rec.claim), extra=_extra(rec.claim))
+                self._log.info(f"rewrote CDI spec for {_label(rec.claim)}", **logs.claim(rec.claim))
         except (OSError, ValueError) as e:
-            log.error("%s: cannot rewrite CDI spec: %s", _label(rec.claim), e, extra=_extra(rec.claim))
+            self._log.error(
+                f"{_label(rec.claim)}: cannot rewrite CDI spec: {e}", **logs.claim(rec.claim), error=str(e)
+            )
 
     def _save_best_effort(self) -> None:
         try:
             self._checkpoint.save(self._records)
         except OSError as e:
-            log.error("cannot write checkpoint %s: %s", self._checkpoint.path, e)
+            self._log.error(f"cannot write checkpoint {self._checkpoint.path}: {e}", error=str(e))
 
     def _count_completed(self) -> int:
         return sum(1 for r in self._records.values() if r.phase is Phase.COMPLETED)
@@ -261,11 +245,10 @@ class ClaimManager:
             self.driver.unprepare(rec.claim, rec.known_preparation())
             self._cdi.remove(rec.claim.uid)
         except Exception as e:
-            log.error(
-                "%s: rollback failed, devices stay reserved, will retry: %s",
-                _label(rec.claim),
-                e,
-                extra=_extra(rec.claim),
+            self._log.error(
+                f"{_label(rec.claim)}: rollback failed, devices stay reserved, will retry: {e}",
+                **logs.claim(rec.claim),
+                error=str(e),
             )
             return False
         self._records.pop(rec.claim.uid, None)
@@ -279,7 +262,7 @@ class ClaimManager:
                 try:
                     self.reconcile()
                 except Exception:
-                    log.exception("reconcile failed; will retry")
+                    self._log.exception("reconcile failed; will retry")
 
         self._reconciler = threading.Thread(target=loop, name=f"reconcile-{self.driver.name}", daemon=True)
         self._reconciler.start()
@@ -292,8 +275,9 @@ class ClaimManager:
     # --- queries ------------------------------------------------------------------------------
 
     def prepared(self) -> dict[str, ClaimRecord]:
-        """A snapshot of the checkpointed claims (completed and started), by uid."""
-        with self._lock:
+        """A snapshot of the checkpointed claims (completed and started), by uid, including what
+        another instance on the same state folder did meanwhile."""
+        with self._serialized():
             return dict(self._records)
 
     # --- prepare ------------------------------------------------------------------------------
@@ -308,7 +292,7 @@ class ClaimManager:
                         continue
                     t0 = self._clock()
                     outcome = self._prepare_one(claim, here)
-                    self._metrics.prepare(self._clock() - t0, not outcome.error)
+                    self._metrics.prepare(self._clock() - t0)
                     out[claim.uid] = outcome
                 self._metrics.prepared(self._count_completed())
         except LockTimeout as e:
@@ -322,7 +306,7 @@ class ClaimManager:
             rec = self._records.get(claim.uid)
             if rec is not None and rec.phase is Phase.COMPLETED:
                 self._ensure_spec(rec)
-                log.debug("%s: already prepared", _label(claim), extra=_extra(claim))
+                self._log.debug(f"{_label(claim)}: already prepared", **logs.claim(claim))
                 return ClaimOutcome(devices=rec.result)
             if rec is not None and not self._rollback(rec):
                 raise ClaimFailure(
@@ -331,7 +315,7 @@ class ClaimManager:
             checked = self._check(claim, here)
             return self._run_prepare(checked)
         except ClaimFailure as e:
-            log.warning("prepare refused: %s", e, extra=_extra(claim))
+            self._log.warning(f"prepare refused: {e}", **logs.claim(claim), error=str(e))
             return ClaimOutcome(error=str(e))
 
     def _check(self, claim: ClaimRef, here: Mapping[str, Device]) -> _Checked:
@@ -429,11 +413,12 @@ class ClaimManager:
             self._rollback_or_keep(started)
             raise ClaimFailure(f"{_label(claim)}: cannot write checkpoint: {e}") from e
         for r in result:
-            log.info(
-                "prepared %s device %s",
-                _label(claim),
-                r.device,
-                extra=_extra(claim, device=r.device, pool=r.pool, cdi_ids=list(r.cdi_device_ids)),
+            self._log.info(
+                f"prepared {_label(claim)} device {r.device}",
+                **logs.claim(claim),
+                device=r.device,
+                pool=r.pool,
+                cdi_ids=list(r.cdi_device_ids),
             )
         return ClaimOutcome(devices=result)
 
@@ -489,7 +474,7 @@ class ClaimManager:
                         continue
                     t0 = self._clock()
                     out[claim.uid] = self._unprepare_one(claim)
-                    self._metrics.unprepare(self._clock() - t0, not out[claim.uid])
+                    self._metrics.unprepare(self._clock() - t0)
                 self._metrics.prepared(self._count_completed())
         except LockTimeout as e:
             for claim in claims:
@@ -499,13 +484,13 @@ class ClaimManager:
     def _unprepare_one(self, claim: ClaimRef) -> str:
         rec = self._records.get(claim.uid)
         if rec is None:
-            log.debug("%s: not prepared here, nothing to do", _label(claim), extra=_extra(claim))
+            self._log.debug(f"{_label(claim)}: not prepared here, nothing to do", **logs.claim(claim))
             return ""
         try:
             self.driver.unprepare(rec.claim, rec.known_preparation())
         except Exception as e:
             message = f"{_label(rec.claim)}: driver unprepare failed: {e}"
-            log.error("%s", message, extra=_extra(rec.claim))
+            self._log.error(message, **logs.claim(rec.claim), error=str(e))
             return message
         try:
             self._cdi.remove(rec.claim.uid)
@@ -514,14 +499,14 @@ class ClaimManager:
         except OSError as e:
             self._records[claim.uid] = rec
             message = f"{_label(rec.claim)}: cannot remove CDI spec or update checkpoint: {e}"
-            log.error("%s", message, extra=_extra(rec.claim))
+            self._log.error(message, **logs.claim(rec.claim), error=str(e))
             return message
         for a in rec.allocated:
-            log.info(
-                "unprepared %s device %s",
-                _label(rec.claim),
-                a.device,
-                extra=_extra(rec.claim, device=a.device),
+            self._log.info(
+                f"unprepared {_label(rec.claim)} device {a.device}",
+                **logs.claim(rec.claim),
+                device=a.device,
+                pool=a.pool,
             )
         return ""
 
@@ -548,7 +533,9 @@ class ClaimManager:
                 stale.append((rec, "deleted"))
                 continue
             except ClaimSourceError as e:
-                log.warning("reconcile: API server unreachable, keeping every claim: %s", e)
+                self._log.warning(
+                    f"reconcile: API server unreachable, keeping every claim: {e}", error=str(e)
+                )
                 report.unreachable = True
                 break
             reason = self._stale_reason(rec, obj)
@@ -561,8 +548,8 @@ class ClaimManager:
                 for old, reason in stale:
                     if self._records.get(old.claim.uid) is not old:
                         continue  # changed meanwhile (unprepared or re-prepared): leave it
-                    log.info(
-                        "reconcile: %s is %s; unpreparing", _label(old.claim), reason, extra=_extra(old.claim)
+                    self._log.info(
+                        f"reconcile: {_label(old.claim)} is {reason}; unpreparing", **logs.claim(old.claim)
                     )
                     if not self._unprepare_one(old.claim):
                         report.unprepared.append(old.claim.uid)
@@ -666,5 +653,5 @@ def _driver_message(claim: ClaimRef, e: BaseException) -> str:
         return f"{_label(claim)}: driver state is not JSON data: {e}"
     if isinstance(e, OSError):
         return f"{_label(claim)}: cannot write CDI spec: {e}"
-    log.exception("driver prepare crashed for %s", _label(claim), extra=_extra(claim))
+    _log.exception(f"driver prepare crashed for {_label(claim)}", **logs.claim(claim))
     return f"{_label(claim)}: driver error: {type(e).__name__}: {e}"

@@ -1,0 +1,289 @@
+"""Restart, reboot, corrupt files, reconcile with the API server, two instances on one state dir."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from topodra.common.runtime.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    ClaimRecord,
+    LockTimeout,
+    Phase,
+    decode,
+    encode,
+)
+from topodra.common.runtime.driver import AllocatedDevice, ClaimRef
+
+from tests.conftest import REPO
+from tests.unit.runtime_claims.claimkit import (
+    DRIVER,
+    NODE,
+    HoldDriver,
+    MemoryClaimStore,
+    Result,
+    claim_object,
+    new_uid,
+)
+from tests.unit.runtime_claims.conftest import ManagerFactory
+
+
+def put(store: MemoryClaimStore, name: str, device: str) -> ClaimRef:
+    return store.put(claim_object("ns1", name, new_uid(), [Result("r", device)]))
+
+
+def spec_path(dirs: dict[str, Path], uid: str) -> Path:
+    return dirs["cdi"] / f"{DRIVER}-claim_{uid}.json"
+
+
+def test_restart_restores_completed_claims_and_their_answers(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    ref = put(claim_store, "c", "dev-0")
+    answer = make_manager().prepare([ref])
+    d2 = HoldDriver(dirs["hw"])
+    m2 = make_manager(d2)
+    assert list(d2.restored) == [ref]
+    assert dict(d2.restored[ref].state) == {"holds": ["dev-0"]}
+    assert m2.prepare([ref]) == answer
+    assert [c for c in d2.calls if c[0] == "prepare"] == []
+
+
+def test_reboot_rewrites_the_cdi_specs(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    refs = [put(claim_store, f"c{i}", f"dev-{i}") for i in range(3)]
+    make_manager().prepare(refs)
+    before = {r.uid: spec_path(dirs, r.uid).read_bytes() for r in refs}
+    for p in dirs["cdi"].iterdir():
+        p.unlink()
+    dirs["cdi"].rmdir()  # /var/run is a tmpfs: the folder itself is gone
+    make_manager()
+    assert {r.uid: spec_path(dirs, r.uid).read_bytes() for r in refs} == before
+
+
+def test_started_only_claim_is_rolled_back_on_start(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    """The state a kill -9 between "started" and "completed" leaves: checkpoint, holds, a spec."""
+    ref = put(claim_store, "c", "dev-4")
+    ckpt = Checkpoint(dirs["state"], DRIVER)
+    rec = ClaimRecord(
+        claim=ref,
+        phase=Phase.STARTED,
+        allocated=(AllocatedDevice("r", NODE, "dev-4"),),
+        cdi_file=f"{DRIVER}-claim_{ref.uid}.json",
+    )
+    with ckpt.locked():
+        ckpt.save({ref.uid: rec})
+    dirs["hw"].mkdir(parents=True)
+    (dirs["hw"] / "dev-4").write_text(ref.uid[:5])  # an interrupted write
+    dirs["cdi"].mkdir()
+    spec_path(dirs, ref.uid).write_text("{}")
+    (dirs["cdi"] / f".{DRIVER}-claim_{ref.uid}.json.123.tmp").write_text("{")
+
+    d = HoldDriver(dirs["hw"])
+    m = make_manager(d)
+    assert ("unprepare", ref.uid) in d.calls
+    assert m.prepared() == {}
+    assert d.holdings() == {}
+    assert list(dirs["cdi"].iterdir()) == []
+    # and the claim can now be prepared normally
+    assert not m.prepare([ref])[ref.uid].error
+
+
+def test_failed_rollback_keeps_devices_reserved_and_retries(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    ref = put(claim_store, "c", "dev-4")
+    other = put(claim_store, "other", "dev-4")
+    ckpt = Checkpoint(dirs["state"], DRIVER)
+    rec = ClaimRecord(ref, Phase.STARTED, (AllocatedDevice("r", NODE, "dev-4"),), "x.json")
+    with ckpt.locked():
+        ckpt.save({ref.uid: rec})
+    d = HoldDriver(dirs["hw"], fail_unprepare=True)
+    m = make_manager(d)
+    assert m.prepared()[ref.uid].phase is Phase.STARTED
+    assert "already held by claim ns1/c" in m.prepare([other])[other.uid].error
+    d.fail_unprepare = False
+    m.reconcile()
+    assert m.prepared() == {}
+    assert not m.prepare([other])[other.uid].error
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: b[: len(b) // 2],  # torn
+        lambda b: b.replace(b'"dev-0"', b'"dev-1"'),  # edited: checksum no longer matches
+        lambda b: b"\x00\xff garbage",
+        lambda b: b"[]",
+    ],
+)
+def test_corrupt_checkpoint_is_kept_aside_with_a_log_line(
+    damage: object,
+    make_manager: ManagerFactory,
+    claim_store: MemoryClaimStore,
+    dirs: dict[str, Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ref = put(claim_store, "c", "dev-0")
+    make_manager().prepare([ref])
+    path = dirs["state"] / f"{DRIVER}.checkpoint.json"
+    damaged = damage(path.read_bytes())  # type: ignore[operator]
+    path.write_bytes(damaged)
+    with caplog.at_level(logging.ERROR, logger="topodra.runtime.checkpoint"):
+        m = make_manager()
+    (aside,) = dirs["state"].glob(f"{DRIVER}.checkpoint.json.corrupt-*")
+    assert aside.read_bytes() == damaged
+    assert any("is corrupt" in r.getMessage() and str(aside) in r.getMessage() for r in caplog.records)
+    assert m.prepared() == {}
+    # the spec of the now-unknown claim stays: its containers may still need it
+    assert spec_path(dirs, ref.uid).exists()
+
+
+def test_newer_checkpoint_version_is_refused_untouched(dirs: dict[str, Path]) -> None:
+    ckpt = Checkpoint(dirs["state"], DRIVER)
+    doc = json.loads(encode(DRIVER, {}))
+    doc["version"] = 99
+    dirs["state"].mkdir()
+    ckpt.path.write_text(json.dumps(doc))
+    with pytest.raises(CheckpointError, match="version 99 is newer"):
+        ckpt.load()
+    assert json.loads(ckpt.path.read_text())["version"] == 99
+
+
+def test_checkpoint_round_trip() -> None:
+    ref = ClaimRef("ns", "n", new_uid())
+    rec = ClaimRecord(
+        ref,
+        Phase.STARTED,
+        (
+            AllocatedDevice(
+                "a/b", "p", "d", share_id=new_uid(), consumed_capacity={"mem": "1Gi"}, admin_access=True
+            ),
+        ),
+        "f.json",
+    )
+    assert decode(DRIVER, encode(DRIVER, {ref.uid: rec})) == {ref.uid: rec}
+
+
+def test_orphan_specs_of_ours_are_removed_but_foreign_files_kept(
+    make_manager: ManagerFactory, dirs: dict[str, Path]
+) -> None:
+    dirs["cdi"].mkdir(parents=True)
+    orphan = spec_path(dirs, new_uid())
+    orphan.write_text("{}")
+    foreign = dirs["cdi"] / "nvidia.com-gpu.json"
+    foreign.write_text("{}")
+    make_manager()
+    assert not orphan.exists()
+    assert foreign.exists()
+
+
+def test_reconcile_unprepares_claims_gone_from_this_node(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    deleted = put(claim_store, "deleted", "dev-0")
+    recreated = put(claim_store, "recreated", "dev-1")
+    deallocated = put(claim_store, "deallocated", "dev-2")
+    moved = put(claim_store, "moved", "dev-3")
+    kept = put(claim_store, "kept", "dev-4")
+    d = HoldDriver(dirs["hw"])
+    m = make_manager(d)
+    assert all(not o.error for o in m.prepare([deleted, recreated, deallocated, moved, kept]).values())
+
+    claim_store.delete("ns1", "deleted")
+    claim_store.put(claim_object("ns1", "recreated", new_uid(), [Result("r", "dev-1")]))
+    claim_store.put(claim_object("ns1", "deallocated", deallocated.uid, None))
+    claim_store.put(claim_object("ns1", "moved", moved.uid, [Result("r", "dev-3", pool="node-b")]))
+
+    report = m.reconcile()
+    assert sorted(report.unprepared) == sorted([deleted.uid, recreated.uid, deallocated.uid, moved.uid])
+    assert report.kept == [kept.uid]
+    assert set(m.prepared()) == {kept.uid}
+    assert d.holdings() == {"dev-4": kept.uid}
+    assert [p.name for p in dirs["cdi"].iterdir()] == [f"{DRIVER}-claim_{kept.uid}.json"]
+
+
+def test_reconcile_keeps_everything_while_the_api_is_unreachable(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    refs = [put(claim_store, f"c{i}", f"dev-{i}") for i in range(3)]
+    m = make_manager()
+    m.prepare(refs)
+    claim_store.delete("ns1", "c0")
+    claim_store.down = True
+    report = m.reconcile()
+    assert report.unreachable and report.unprepared == []
+    # a restart while the API is down drops nothing either
+    m2 = make_manager()
+    assert set(m2.prepared()) == {r.uid for r in refs}
+    claim_store.down = False
+    assert m2.reconcile().unprepared == [refs[0].uid]
+
+
+def test_lock_keeps_a_second_instance_out(dirs: dict[str, Path]) -> None:
+    """Hold the lock in another process; this one times out with a clear error."""
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        from topodra.common.runtime.checkpoint import Checkpoint
+        with Checkpoint(Path({str(dirs["state"])!r}), {DRIVER!r}).locked():
+            print("locked", flush=True)
+            sys.stdin.read()
+        """
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"locked\n"
+        ckpt = Checkpoint(dirs["state"], DRIVER, lock_timeout=0.2)
+        with pytest.raises(LockTimeout, match="another instance holds"), ckpt.locked():
+            pass
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(10)
+    with Checkpoint(dirs["state"], DRIVER, lock_timeout=0.2).locked():
+        pass
+
+
+def test_lock_timeout_is_a_per_claim_error(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    ref = put(claim_store, "c", "dev-0")
+    m = make_manager()
+    m._checkpoint._lock_timeout = 0.05
+    other = Checkpoint(dirs["state"], DRIVER)
+    with other.locked():
+        out = m.prepare([ref])
+        errs = m.unprepare([ref])
+    assert "ns1/c" in out[ref.uid].error and "another instance" in out[ref.uid].error
+    assert "another instance" in errs[ref.uid]
+
+
+def test_two_managers_on_one_state_dir_see_each_others_claims(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    """Rolling update: old and new instance alternate; neither loses or double-books a claim."""
+    a, b = make_manager(), make_manager()
+    c1, c2, c3 = (
+        put(claim_store, "c1", "dev-0"),
+        put(claim_store, "c2", "dev-1"),
+        put(claim_store, "c3", "dev-0"),
+    )
+    assert not a.prepare([c1])[c1.uid].error
+    assert not b.prepare([c2])[c2.uid].error
+    assert "already held by claim ns1/c1" in b.prepare([c3])[c3.uid].error
+    assert set(a.prepared()) == {c1.uid, c2.uid}
+    assert a.unprepare([c2]) == {c2.uid: ""}
+    assert set(b.prepared()) == {c1.uid}
