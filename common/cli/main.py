@@ -12,7 +12,9 @@ import sys
 from collections.abc import Sequence
 
 # subcommand -> module under topodra.common.cli that defines register(subparsers) and run(args)
-SUBCOMMANDS: dict[str, str] = {}
+SUBCOMMANDS: dict[str, str] = {
+    "serve": "serve",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
