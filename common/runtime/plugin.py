@@ -56,6 +56,11 @@ class PluginOptions:
     plugin_dir: Path | None = None  # default <kubelet root>/plugins/<driver>
 
 
+def plugin_dir(driver_name: str, options: PluginOptions) -> Path:
+    """The driver's own folder: `<kubelet root>/plugins/<driver>` unless set explicitly."""
+    return options.plugin_dir or options.kubelet_root / "plugins" / sockets.check_driver_name(driver_name)
+
+
 @dataclass(slots=True)
 class _Server:
     server: grpc.Server
@@ -88,9 +93,8 @@ class Plugin:
         self.options = options
         self.publisher = publisher
         name = sockets.check_driver_name(driver.name)
-        root = options.kubelet_root
-        self.registry_dir = options.registry_dir or root / "plugins_registry"
-        self.plugin_dir = options.plugin_dir or root / "plugins" / name
+        self.registry_dir = options.registry_dir or options.kubelet_root / "plugins_registry"
+        self.plugin_dir = plugin_dir(name, options)
         # Both names are computed (and length-checked) before anything is created.
         self.dra_socket = sockets.dra_socket(self.plugin_dir, options.pod_uid)
         self.registration_socket = sockets.registration_socket(self.registry_dir, name, options.pod_uid)
@@ -188,8 +192,13 @@ class Plugin:
         )
 
 
+class Service(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
 def serve_all(
-    plugins: Sequence[Plugin],
+    plugins: Sequence[Service],
     stop: threading.Event | None = None,
     on_started: Callable[[], None] | None = None,
 ) -> None:
@@ -199,7 +208,7 @@ def serve_all(
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
-    started: list[Plugin] = []
+    started: list[Service] = []
     try:
         for p in plugins:
             p.start()

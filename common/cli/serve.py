@@ -1,0 +1,136 @@
+"""`topodra serve cpu|accelerator|nic|all`: run DRA kubelet plugins until SIGTERM/SIGINT.
+
+One process can serve several drivers (`all`); each still gets its own sockets, checkpoint,
+CDI kind and ResourceSlices. Exit status: 0 after a signal, 2 for bad flags or configuration,
+1 when a plugin could not start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from topodra.common import logs
+from topodra.drivers import registry
+
+EXIT_CONFIG = 2
+EXIT_START = 1
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "serve", help="run DRA kubelet plugins", description=__doc__.splitlines()[0]
+    )
+    p.add_argument(
+        "kind", choices=[*registry.KINDS, "all"], help="which driver, or all of them in one process"
+    )
+    p.add_argument("--kubelet-root-dir", type=Path, default=Path("/var/lib/kubelet"))
+    p.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""), help="default: $NODE_NAME")
+    p.add_argument("--sysfs-root", type=Path, default=Path("/sys"))
+    p.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"))
+    p.add_argument(
+        "--state-dir", type=Path, default=None, help="checkpoints; default: each driver's plugin folder"
+    )
+    p.add_argument("--kubeconfig", default=None, help="default: the in-cluster service account")
+    p.add_argument(
+        "--metrics-address",
+        default="",
+        help="host:port for /metrics, /healthz and /readyz (e.g. :9400); empty: off",
+    )
+    p.add_argument(
+        "--pod-uid",
+        default=os.environ.get("POD_UID", ""),
+        help="this pod's UID (default: $POD_UID); set, sockets get rolling-update names",
+    )
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--no-publish", action="store_true", help="do not write ResourceSlices (testing)")
+    for kind in registry.KINDS:
+        try:
+            module = registry.module(kind)
+        except ImportError:
+            continue
+        if hasattr(module, "add_arguments"):  # a driver still being written adds no flags yet
+            module.add_arguments(p)
+    p.set_defaults(run=run)
+
+
+def _api_client(kubeconfig: str | None) -> Any:
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    else:
+        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    return client.ApiClient(cfg)
+
+
+def _publisher(api_client: Any, driver: str, node: str) -> Any:
+    try:
+        from topodra.common.publisher.publisher import SlicePublisher
+    except ImportError:
+        logs.get(__name__, driver=driver).warning("no slice publisher available; devices are not published")
+        return None
+    return SlicePublisher(api_client, driver, node)
+
+
+def run(args: argparse.Namespace) -> int:
+    logs.setup(args.log_level.upper())
+    log = logs.get(__name__)
+    if not args.node_name:
+        log.error("no node name: pass --node-name or set NODE_NAME")
+        return EXIT_CONFIG
+    kinds = list(registry.KINDS) if args.kind == "all" else [args.kind]
+    try:
+        services, observability = build(args, kinds)
+    except Exception as e:
+        log.error("configuration failed", error=f"{type(e).__name__}: {e}")
+        return EXIT_CONFIG
+
+    from topodra.common.runtime.plugin import serve_all
+
+    try:
+        if observability is not None:
+            observability.start()
+        serve_all(services)
+    except Exception as e:
+        log.exception("plugin failed", error=f"{type(e).__name__}: {e}")
+        return EXIT_START
+    finally:
+        if observability is not None:
+            observability.stop()
+    return 0
+
+
+def build(args: argparse.Namespace, kinds: list[str]) -> tuple[list[Any], Any]:
+    """The services for `kinds` and the HTTP endpoint, nothing started yet."""
+    from topodra.common.runtime.claimsource import KubeClaimSource
+    from topodra.common.runtime.observability import Observability
+    from topodra.common.runtime.plugin import PluginOptions
+    from topodra.common.runtime.service import DriverService
+
+    api = _api_client(args.kubeconfig)
+    options = PluginOptions(
+        kubelet_root=args.kubelet_root_dir, node_name=args.node_name, pod_uid=args.pod_uid or None
+    )
+    common = registry.CommonOptions(sysfs_root=args.sysfs_root, node_name=args.node_name, args=args)
+    services = []
+    for kind in kinds:
+        driver = registry.create(kind, common)
+        publisher = None if args.no_publish else _publisher(api, driver.name, args.node_name)
+        services.append(
+            DriverService.create(
+                driver,
+                KubeClaimSource(api),
+                options,
+                cdi_root=args.cdi_root,
+                state_dir=args.state_dir,
+                publisher=publisher,
+            )
+        )
+    observability = None
+    if args.metrics_address:
+        observability = Observability(args.metrics_address, lambda: [s.status() for s in services])
+    return services, observability
