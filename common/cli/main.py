@@ -14,6 +14,8 @@ from collections.abc import Sequence
 # subcommand -> module under topodra.common.cli that defines register(subparsers) and run(args)
 SUBCOMMANDS: dict[str, str] = {
     "serve": "serve",
+    "inspect": "inspect",
+    "capture": "capture",
 }
 
 
