@@ -407,8 +407,10 @@ class SlicePublisher:
                 version = None
                 if err.status == 410:  # our resourceVersion is too old: relist at once
                     continue
-                metrics.SLICE_ERRORS.labels(self.driver_name, "watch", err.code).inc()
+                metrics.SLICE_ERRORS.labels(self.driver_name, err.verb, err.code).inc()
                 delay = self._watch_backoff.next_delay(err.retry_after)
+                with self._cond:
+                    self._last_error = str(err)
                 self._log.warning("slice watch failed; relisting", error=str(err), retry_in=round(delay, 2))
                 self._stopping.wait(delay)
             except Exception as err:
