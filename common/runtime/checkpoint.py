@@ -1,10 +1,12 @@
 """The driver's own record of prepared claims, in `--state-dir`, surviving crashes and reboots.
 
 The kubelet sends unprepare from its own checkpoint, possibly after the ResourceClaim is gone,
-so this file is the only place that knows what a claim holds. Each claim goes through two
-phases: `started` is written before the driver touches anything (so a crash leaves a record to
-roll back), `completed` after the driver and the CDI spec are done (so the answer can be
-repeated and the spec rewritten after a reboot).
+so this file is the only place that knows what a claim holds. Each claim has one of two
+phases. `started` means "in transition, undo on restart": it is written before the driver
+touches anything on prepare, and again before the driver releases anything on unprepare, so a
+crash at any point leaves a record whose rollback (driver unprepare + spec removal) is right.
+`completed` is written once the driver and the CDI spec are done, so the answer can be repeated
+and the spec rewritten after a reboot. A `started` record still reserves its devices.
 
 File `<driver>.checkpoint.json`:
 
@@ -14,10 +16,11 @@ File `<driver>.checkpoint.json`:
                           "allocated": [{"request", "pool", "device", "shareID"?, "adminAccess"?,
                                          "consumedCapacity"?}],
                           "cdiFile": "<vendor>-<class>_<uid>.json",
-                          # completed only:
+                          # once the driver answered (also while unpreparing):
                           "preparation": {"devices": [{"request", "pool", "device", "shareID"?,
                                                        "containerEdits"}],
                                           "containerEdits", "state"},
+                          # completed only:
                           "result": [{"requestNames", "pool", "device", "cdiDeviceIDs", "shareID"?}],
                           "cdiSpec": {...the exact spec document written...}}}}
 

@@ -486,10 +486,21 @@ class ClaimManager:
         if rec is None:
             self._log.debug(f"{_label(claim)}: not prepared here, nothing to do", **logs.claim(claim))
             return ""
+        if rec.phase is Phase.COMPLETED:
+            # back to "started" (in transition) first: a crash from here on is finished on restart
+            # by the rollback, so the driver never restores a half-released claim
+            leaving = replace(rec, phase=Phase.STARTED)
+            self._records[claim.uid] = leaving
+            try:
+                self._checkpoint.save(self._records)
+            except OSError as e:
+                self._records[claim.uid] = rec
+                return f"{_label(rec.claim)}: cannot update checkpoint: {e}"
+            rec = leaving
         try:
             self.driver.unprepare(rec.claim, rec.known_preparation())
         except Exception as e:
-            message = f"{_label(rec.claim)}: driver unprepare failed: {e}"
+            message = f"{_label(rec.claim)}: driver unprepare failed, devices stay reserved: {e}"
             self._log.error(message, **logs.claim(rec.claim), error=str(e))
             return message
         try:
