@@ -19,16 +19,20 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """All subcommands, or just `only`: `topodra inspect` must not import what `serve` needs."""
     parser = argparse.ArgumentParser(prog="topodra", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, module in SUBCOMMANDS.items():
-        importlib.import_module(f"topodra.common.cli.{module}").register(sub)
+        if only is None or name == only:
+            importlib.import_module(f"topodra.common.cli.{module}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    only = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    args = build_parser(only).parse_args(argv)
     result: int = args.run(args)
     return result
 
