@@ -27,8 +27,9 @@ class SysfsReader:
         # parsed CPU masks by text, for this discovery only
         self.memo: dict[str, frozenset[int] | None] = {}
         self._record = record
-        # what capture must reproduce: files read, links read, folders listed or probed
-        self.files: set[str] = set()
+        # what capture must reproduce: files read (with the bytes seen), links read, folders
+        # listed or probed
+        self.files: dict[str, bytes] = {}
         self.links: set[str] = set()
         self.dirs: set[str] = set()
 
@@ -59,7 +60,7 @@ class SysfsReader:
         finally:
             os.close(fd)
         if self._record:
-            self.files.add(rel)
+            self.files[rel] = data
         # Some kernels pad values with NULs after the newline: padding, not content. A NUL inside
         # the text stays, so parsers reject it as garbage.
         return data.decode("utf-8", "replace").rstrip("\x00 \t\r\n")

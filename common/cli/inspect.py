@@ -1,0 +1,61 @@
+"""`topodra inspect`: what discovery sees on this machine (or a captured tree).
+
+Imports stay minimal on purpose: this path must cost less than lstopo on the same tree, so no
+grpc, kubernetes client or yaml here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+
+def add_root_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sysfs-root",
+        default="/",
+        metavar="DIR",
+        help="folder that contains sys/ (default /: this machine); an unpacked capture works",
+    )
+
+
+def root_problem(root: str) -> str | None:
+    """One clear sentence when `root` is not a sysfs root, else None."""
+    if not os.path.isdir(root):
+        return f"--sysfs-root {root}: no such folder"
+    if os.path.isdir(os.path.join(root, "sys", "devices", "system", "cpu")):
+        return None
+    if os.path.isdir(os.path.join(root, "devices", "system", "cpu")):
+        parent = os.path.dirname(os.path.abspath(root))
+        return f"--sysfs-root {root} is the sys folder itself; pass the folder that contains it ({parent})"
+    return f"--sysfs-root {root} is not a sysfs tree: it has no sys/devices/system/cpu"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("inspect", help="show the machine's topology as discovery sees it")
+    add_root_argument(p)
+    p.add_argument("--output", choices=("text", "json"), default="text")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = root_problem(args.sysfs_root)
+    if problem is not None:
+        print(f"topodra inspect: {problem}", file=sys.stderr)
+        return 2
+    from topodra.common.topology.discover import discover
+
+    topology = discover(args.sysfs_root)
+    if args.output == "json":
+        import json
+
+        from topodra.common.topology.jsonview import to_json
+
+        sys.stdout.write(json.dumps(to_json(topology), indent=1) + "\n")
+    else:
+        from topodra.common.cli.inspect_text import render
+
+        sys.stdout.write(render(topology))
+    return 0
