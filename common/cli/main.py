@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, str] = {
     "serve": "serve",
     "inspect": "inspect",
     "capture": "capture",
+    "slices": "slices",
 }
 
 
