@@ -1,9 +1,9 @@
 """Turn what one discovery run touched into a tar.xz that reproduces it.
 
-The recording reader knows the files it read (with the bytes it saw), the links it read and the
-folders it listed or probed. The archive holds exactly those, plus what a listing showed that is
-not a regular file (sub-folders, as empty folders unless read, and links), because discovery
-decides from names in listings. Any link met on the way to a recorded path is stored as a link at
+The recording reader knows the files it read (with the bytes it saw), the links it read, the
+folders it listed and the folders whose existence it checked. The archive holds exactly those,
+plus what a listing showed that is not a regular file (sub-folders, as empty folders unless read,
+and links), because discovery decides from names in listings. Any link met on the way to a recorded path is stored as a link at
 its real place, so paths resolve in the unpacked tree the way they did on the machine.
 """
 
@@ -104,8 +104,10 @@ class _Plan:
 
 def plan(r: SysfsReader) -> dict[str, Entry]:
     p = _Plan(r.root)
-    for rel in sorted(r.dirs):
+    for rel in sorted(r.listed):
         p.add_listing(rel)
+    for rel in sorted(r.dirs):
+        p.add_dir(rel)
     for rel in sorted(r.links):
         p.add_link(rel)
     for rel, data in sorted(r.files.items()):

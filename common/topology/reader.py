@@ -31,7 +31,8 @@ class SysfsReader:
         # listed or probed
         self.files: dict[str, bytes] = {}
         self.links: set[str] = set()
-        self.dirs: set[str] = set()
+        self.listed: set[str] = set()  # folders whose entry names discovery used
+        self.dirs: set[str] = set()  # folders whose existence discovery checked
 
     def warn(self, path: str, message: str) -> None:
         self.warnings.append(DiscoveryWarning(path, message))
@@ -99,7 +100,7 @@ class SysfsReader:
                 self.warn(rel, f"unlistable: {e.strerror}")
             return []
         if self._record:
-            self.dirs.add(rel)
+            self.listed.add(rel)
         return entries
 
     def listdir(self, rel: str) -> list[str]:
