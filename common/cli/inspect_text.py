@@ -44,10 +44,13 @@ def _cpu_section(t: Topology) -> list[str]:
         lines.append(f"  not usable (offline or no topology): {compress(offline)}")
     core_sets = {c.cpus for c in t.cores}
     shown_nodes: set[int] = set()
-    for p in t.packages:
-        pid = "?" if p.id is None else str(p.id)
-        lines.append(f"Package {p.index} (id {pid}): CPUs {compress(p.cpus)}")
-        pset = set(p.cpus)
+    blocks = [(f"Package {p.index} (id {'?' if p.id is None else p.id})", p.cpus) for p in t.packages]
+    homeless = [c.id for c in t.cpus if c.usable and c.package is None]
+    if homeless:
+        blocks.append(("No package (the kernel gave no package mask)", tuple(homeless)))
+    for title, pcpus in blocks:
+        lines.append(f"{title}: CPUs {compress(pcpus)}")
+        pset = set(pcpus)
         groups: list[tuple[str, set[int]]] = []
         for n in t.numa_nodes:
             if n.id in shown_nodes or not (set(n.cpus) & pset):

@@ -3,8 +3,9 @@
 The recording reader knows the files it read (with the bytes it saw), the links it read, the
 folders it listed and the folders whose existence it checked. The archive holds exactly those,
 plus what a listing showed that is not a regular file (sub-folders, as empty folders unless read,
-and links), because discovery decides from names in listings. Any link met on the way to a recorded path is stored as a link at
-its real place, so paths resolve in the unpacked tree the way they did on the machine.
+and links), because discovery decides from names in listings. Any link met on the way to a
+recorded path is stored as a link at its real place, so paths resolve in the unpacked tree the
+way they did on the machine.
 """
 
 from __future__ import annotations

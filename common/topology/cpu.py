@@ -180,17 +180,16 @@ def read_topology(r: SysfsReader, presence: CpuPresence, numa_of: dict[int, int]
         )
     order = sorted(usable)
 
-    # Packages: by mask; without any mask, CPUs with the same known id share a package.
+    # Packages: by mask only. A CPU without any package mask belongs to no package (hwloc does
+    # the same); an id alone says nothing, it repeats across packages on some machines.
     pkg_mask: dict[int, frozenset[int]] = {}
     for n in order:
         m = raw[n].package_mask
-        if m is None:
-            pid = raw[n].package_id
-            m = frozenset(c for c in order if pid is not None and raw[c].package_id == pid)
-        pkg_mask[n] = (m & usable) | {n}
+        if m is not None:
+            pkg_mask[n] = frozenset(c for c in m if c in usable and raw[c].package_mask is not None) | {n}
     packages: list[Package] = []
     package_of: dict[int, int] = {}
-    for group in _partition(order, pkg_mask):
+    for group in _partition([n for n in order if n in pkg_mask], pkg_mask):
         index = len(packages)
         packages.append(Package(index=index, id=raw[group[0]].package_id, cpus=group))
         for c in group:
@@ -203,7 +202,7 @@ def read_topology(r: SysfsReader, presence: CpuPresence, numa_of: dict[int, int]
         m = raw[n].core_mask
         if m is None:
             continue
-        members = frozenset(c for c in m if c in usable and package_of.get(c) == package_of[n]) | {n}
+        members = frozenset(c for c in m if c in usable and package_of.get(c) == package_of.get(n)) | {n}
         core_mask[n] = members
     types = _core_types(r, usable)
     cores: list[Core] = []
@@ -223,7 +222,7 @@ def read_topology(r: SysfsReader, presence: CpuPresence, numa_of: dict[int, int]
             cores.append(
                 Core(
                     index=index,
-                    package=package_of[cpus[0]],
+                    package=package_of.get(cpus[0]),
                     id=raw[cpus[0]].core_id,
                     cpus=cpus,
                     core_type=types.get(cpus[0]),

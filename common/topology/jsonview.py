@@ -79,7 +79,7 @@ def to_json(t: Topology) -> dict[str, Any]:
         "packages": [{"id": p.id, "index": p.index, "cpus": list(p.cpus)} for p in t.packages],
         "cores": [
             {
-                "package": pkg_id[c.package],
+                "package": None if c.package is None else pkg_id[c.package],
                 "package_index": c.package,
                 "id": c.id,
                 "index": c.index,

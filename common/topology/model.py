@@ -76,7 +76,7 @@ class Package:
 @dataclass(frozen=True, slots=True)
 class Core:
     index: int  # stable: cores ordered by lowest CPU
-    package: int  # index into Topology.packages
+    package: int | None  # index into Topology.packages (None: the kernel gave no package mask)
     id: int | None  # kernel core_id
     cpus: CpuList  # SMT siblings
     core_type: str | None = None

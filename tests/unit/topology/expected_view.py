@@ -41,7 +41,12 @@ def expected_view(t: Topology) -> dict[str, Any]:
             for c in t.caches
         ],
         "cores": [
-            {"package": t.packages[c.package].id, "core_id": c.id, "cpus": list(c.cpus)} for c in t.cores
+            {
+                "package": None if c.package is None else t.packages[c.package].id,
+                "core_id": c.id,
+                "cpus": list(c.cpus),
+            }
+            for c in t.cores
         ],
         "pci": [
             {
