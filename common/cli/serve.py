@@ -60,10 +60,14 @@ def _api_client(kubeconfig: str | None) -> Any:
     from kubernetes import client, config
 
     cfg = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
-    else:
-        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+        else:
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    except Exception as e:
+        where = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config (no --kubeconfig given)"
+        raise ValueError(f"{where}: {e}") from e
     return client.ApiClient(cfg)
 
 
