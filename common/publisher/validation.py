@@ -51,7 +51,28 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
-LIMITS_1_34 = Limits(taints=4)
+LIMITS_1_34 = Limits(taints=4, list_attributes=False)  # list attributes arrived in 1.36
+LIMITS_1_35 = Limits(list_attributes=False)
+
+
+def limits_for(version: str | None) -> Limits:
+    """Limits of a given server minor version ("1.34", "v1.35.2"); HEAD when None or newer.
+
+    From 1.36 list attributes exist but their gate (DRAListTypeAttributes) is alpha and off by
+    default; the publisher detects that at the first write and then leaves them out.
+    """
+    if not version:
+        return DEFAULT_LIMITS
+    parts = version.lstrip("v").split(".")
+    try:
+        minor = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        raise ValueError(f"not a Kubernetes version: {version!r} (expected e.g. 1.34)") from None
+    if minor < (1, 35):
+        return LIMITS_1_34
+    if minor < (1, 36):
+        return LIMITS_1_35
+    return DEFAULT_LIMITS
 
 
 @dataclass(frozen=True, slots=True)
