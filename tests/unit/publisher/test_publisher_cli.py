@@ -17,10 +17,10 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-
-from tests.conftest import FixtureTrees, fixture_names
 from topodra.common.cli.main import main
 from topodra.drivers import registry
+
+from tests.conftest import FixtureTrees, fixture_names
 
 SAMPLE = "tests.unit.publisher.sample_driver"
 # kubernetes-validate 1.37.0 bundles schemas 1.34-1.37; 1.37 is the newest it has.
