@@ -38,6 +38,7 @@ from topodra.common.runtime.driver import (
 )
 
 DRIVER = "test.topodra.io"
+DEVICE_CLASS = "test.topodra.io"
 NODE = "node-a"
 EXCLUSIVE = tuple(f"dev-{i}" for i in range(8))
 SHARED = ("shared-0",)
@@ -81,16 +82,28 @@ def claim_object(
     config: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """A ResourceClaim as `GET resource.k8s.io/v1` returns it (results None: not allocated)."""
-    requests = sorted({r.request.split("/")[0] for r in results or ()}) or ["req"]
+    subs: dict[str, list[str]] = {}
+    for r in results or [Result("req", "unused")]:
+        main, _, sub = r.request.partition("/")
+        subs.setdefault(main, [])
+        if sub and sub not in subs[main]:
+            subs[main].append(sub)
+    requests: list[dict[str, Any]] = []
+    for main, names in sorted(subs.items()):
+        if names:  # a request with subrequests, as the API wants it for `main/sub` results
+            requests.append(
+                {
+                    "name": main,
+                    "firstAvailable": [{"name": n, "deviceClassName": DEVICE_CLASS} for n in names],
+                }
+            )
+        else:
+            requests.append({"name": main, "exactly": {"deviceClassName": DEVICE_CLASS}})
     obj: dict[str, Any] = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"namespace": namespace, "name": name, "uid": uid},
-        "spec": {
-            "devices": {
-                "requests": [{"name": r, "exactly": {"deviceClassName": "test.topodra.io"}} for r in requests]
-            }
-        },
+        "spec": {"devices": {"requests": requests}},
         "status": {},
     }
     if results is not None:
@@ -149,6 +162,44 @@ class MemoryClaimStore:
     @property
     def source(self) -> MemoryClaimStore:
         return self
+
+
+class KubeClaimStore:
+    """Claims in a real kube-apiserver: created, then allocated through the status subresource
+    (as the scheduler would), read back by the real KubeClaimSource. UIDs are the server's."""
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes import client
+        from topodra.common.runtime.claimsource import KubeClaimSource
+
+        self._api = client.CustomObjectsApi(api_client)
+        self.source = KubeClaimSource(api_client)
+        self._args = ("resource.k8s.io", "v1")
+
+    def put(self, obj: Mapping[str, Any]) -> ClaimRef:
+        meta = obj["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        body = {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "metadata": {"name": name},
+            "spec": obj["spec"],
+        }
+        created: Any = self._api.create_namespaced_custom_object(*self._args, ns, "resourceclaims", body)
+        if obj.get("status"):
+            created["status"] = copy.deepcopy(obj["status"])
+            created = self._api.replace_namespaced_custom_object_status(
+                *self._args, ns, "resourceclaims", name, created
+            )
+        return ClaimRef(ns, name, created["metadata"]["uid"])
+
+    def deallocate(self, namespace: str, name: str) -> None:
+        cur: Any = self._api.get_namespaced_custom_object(*self._args, namespace, "resourceclaims", name)
+        cur["status"] = {}
+        self._api.replace_namespaced_custom_object_status(*self._args, namespace, "resourceclaims", name, cur)
+
+    def delete(self, namespace: str, name: str) -> None:
+        self._api.delete_namespaced_custom_object(*self._args, namespace, "resourceclaims", name)
 
 
 class FileClaimStore:
