@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, str] = {
     "inspect": "inspect",
     "capture": "capture",
     "slices": "slices",
+    "synth": "synth",
 }
 
 
