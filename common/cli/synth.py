@@ -1,0 +1,86 @@
+"""`topodra synth`: write the sysfs tree of a declared machine (see topodra.common.synth)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "synth",
+        help="write a synthetic machine's sysfs tree",
+        description="Write the sysfs tree of a declared machine: DIR/sys, DIR/proc and "
+        "DIR/synth-manifest.json. Point --sysfs-root (or HWLOC_FSROOT) at DIR.",
+    )
+    parser.add_argument("--spec", metavar="FILE|NAME", help="a spec JSON file, or the name of a shipped spec")
+    parser.add_argument("--output", metavar="DIR", type=Path, help="folder to write the tree into")
+    parser.add_argument("--hostname", help="override the spec's hostname (seeds MACs, GUIDs, GPU UUIDs)")
+    parser.add_argument("--force", action="store_true", help="replace a tree a previous run wrote in DIR")
+    parser.add_argument("--list", action="store_true", help="list the shipped specs and exit")
+    parser.add_argument("--show", action="store_true", help="print the spec's JSON and exit")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from topodra.common.synth import (
+        OutputError,
+        SpecError,
+        build,
+        load_spec,
+        shipped_spec_names,
+        shipped_spec_text,
+    )
+    from topodra.common.synth.spec import parse_spec
+
+    if args.list:
+        for name in shipped_spec_names():
+            spec = load_spec(name)
+            print(f"{name:<16} {spec.description}")
+        return 0
+    if not args.spec:
+        print("topodra synth: --spec FILE|NAME is required (see --list)", file=sys.stderr)
+        return 2
+    try:
+        spec = load_spec(args.spec)
+        if args.show:
+            text = (
+                shipped_spec_text(args.spec)
+                if args.spec in shipped_spec_names()
+                else Path(args.spec).read_text()
+            )
+            sys.stdout.write(text)
+            return 0
+        if not args.output:
+            print("topodra synth: --output DIR is required", file=sys.stderr)
+            return 2
+        if args.hostname:
+            spec = parse_spec({**spec.source, "hostname": args.hostname}, default_name=spec.name)
+        result = build(spec, args.output, force=args.force)
+    except (SpecError, OutputError) as exc:
+        print(f"topodra synth: {exc}", file=sys.stderr)
+        return 2
+    plan = result.plan
+    kinds: dict[str, int] = {}
+    for f in plan.functions:
+        if f.role != "vf":
+            kinds[f.kind] = kinds.get(f.kind, 0) + 1
+    summary = {
+        "name": spec.name,
+        "output": str(args.output),
+        "cpus": len(plan.cpus),
+        "online_cpus": len(plan.online),
+        "packages": spec.cpu.sockets,
+        "numa_nodes": len(plan.nodes),
+        "accelerators": kinds.get("accelerator", 0),
+        "nics": kinds.get("nic", 0),
+        "vfs": sum(1 for f in plan.functions if f.role == "vf"),
+        "pci_functions": len(plan.functions),
+        "uplink": plan.uplink.name if plan.uplink else None,
+        "entries": result.entries,
+        "seconds": round(result.seconds, 3),
+    }
+    print(json.dumps(summary))
+    return 0
