@@ -229,8 +229,10 @@ def _standard_attribute_problem(ident: str, value: AttributeValue) -> str | None
         if not isinstance(value, str) or names.PCI_BUS_ID.fullmatch(value) is None:
             return "pciBusID must be a lowercase extended BDF string such as '0000:3b:00.0'"
     elif ident == "pcieRoot":
-        if not isinstance(value, str) or names.PCIE_ROOT.fullmatch(value) is None:
-            return "pcieRoot must be a string such as 'pci0000:00'"
+        # list form (DRAListTypeAttributes): CPUs are local to several roots (user asks #3)
+        roots = value if isinstance(value, tuple) else (value,)
+        if not roots or not all(isinstance(r, str) and names.PCIE_ROOT.fullmatch(r) for r in roots):
+            return "pcieRoot must be a string (or string list) such as 'pci0000:00'"
     elif ident == "numaNode":
         nodes = value if isinstance(value, tuple) else (value,)
         ok = all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1024 for n in nodes)

@@ -40,6 +40,7 @@ def one(device: Device, **kw: object) -> tuple[list[Device], list[tuple[str, str
         ("resource.kubernetes.io/numaNode", -1, "attribute-standard-format"),
         ("resource.kubernetes.io/pciBusID", "0000:3B:00.0", "attribute-standard-format"),
         ("resource.kubernetes.io/pcieRoot", "0000:00", "attribute-standard-format"),
+        ("resource.kubernetes.io/pcieRoot", ("pci0000:00", "0000:80"), "attribute-standard-format"),
     ],
 )
 def test_a_bad_attribute_is_dropped_and_the_device_stays(key: str, value: object, rule: str) -> None:
@@ -63,6 +64,7 @@ def test_a_bad_attribute_is_dropped_and_the_device_stays(key: str, value: object
         ("resource.kubernetes.io/numaNode", (1, 0)),
         ("resource.kubernetes.io/pciBusID", "0000:3b:00.0"),
         ("resource.kubernetes.io/pcieRoot", "pci0000:00"),
+        ("resource.kubernetes.io/pcieRoot", ("pci0000:00", "pci0000:80")),
     ],
 )
 def test_valid_attributes_pass(key: str, value: object) -> None:
