@@ -1,0 +1,140 @@
+"""`topodra inspect` and `topodra capture` on this machine's live /sys and on hand-made trees."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from topodra.common.cli.main import main
+
+from tests.unit.topology.sysfs_tree import basic_machine
+from tests.unit.topology.test_topology_pci import switch_machine
+
+KEYS = {
+    "cpus": {"id", "online", "package", "core", "numa_node"},
+    "packages": {"id", "cpus"},
+    "cores": {"package", "id", "cpus"},
+    "numa_nodes": {"id", "cpus", "memory_bytes", "distances"},
+    "caches": {"level", "type", "id", "size_bytes", "cpus"},
+    "pci_devices": {
+        "address", "class", "vendor", "device", "numa_node", "pcie_root", "bridges", "pcie_switch",
+        "local_cpus", "driver",
+    },
+    "net_interfaces": {"name", "pci_address", "mac", "mtu", "speed_mbps", "operstate"},
+}  # fmt: skip
+
+
+def inspect_json(capsys: pytest.CaptureFixture[str], root: str) -> dict[str, object]:
+    assert main(["inspect", "--output", "json", "--sysfs-root", root]) == 0
+    doc: dict[str, object] = json.loads(capsys.readouterr().out)
+    return doc
+
+
+def live_sysfs() -> None:
+    if not Path("/sys/devices/system/cpu").is_dir():
+        pytest.skip("no live /sys here")
+
+
+def test_live_json_has_the_promised_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    live_sysfs()
+    doc = inspect_json(capsys, "/")
+    assert set(KEYS) | {"warnings"} <= set(doc)
+    for section, fields in KEYS.items():
+        items = doc[section]
+        assert isinstance(items, list)
+        for item in items:
+            assert fields <= set(item), (section, item)
+    cpus = doc["cpus"]
+    assert isinstance(cpus, list) and cpus, "this machine has CPUs"
+    for p in doc["packages"]:  # type: ignore[attr-defined]
+        assert p["cpus"] == sorted(p["cpus"])
+    for c in doc["caches"]:  # type: ignore[attr-defined]
+        assert c["type"] in ("data", "instruction", "unified")
+    for p in doc["pci_devices"]:  # type: ignore[attr-defined]
+        assert p["class"] is None or (p["class"].startswith("0x") and len(p["class"]) == 8)
+        assert p["vendor"] is None or (p["vendor"].startswith("0x") and len(p["vendor"]) == 6)
+
+
+def test_live_capture_round_trip(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    live_sysfs()
+    archive = tmp_path / "machine.tar.xz"
+    assert main(["capture", "--output", str(archive)]) == 0
+    capsys.readouterr()
+    live = inspect_json(capsys, "/")
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+        assert all(n.startswith(("sys", "proc")) for n in names)
+        assert all(not m.issym() or not m.linkname.startswith("/") for m in tar.getmembers())
+        tar.extractall(tmp_path / "unpacked", filter="tar")
+    assert inspect_json(capsys, str(tmp_path / "unpacked")) == live
+
+
+def test_capture_holds_only_what_discovery_reads(tmp_path: Path) -> None:
+    tree = basic_machine(tmp_path / "m", cpus=2)
+    tree.file("sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", "performance")
+    tree.file("sys/kernel/mm/transparent_hugepage/enabled", "[always] madvise never")
+    archive = tmp_path / "m.tar.xz"
+    assert main(["capture", "--sysfs-root", str(tmp_path / "m"), "--output", str(archive)]) == 0
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+    assert "sys/devices/system/cpu/cpu0/topology/core_cpus" in names
+    assert not any("cpufreq" in n or "transparent_hugepage" in n for n in names)
+
+
+@pytest.mark.parametrize("command", ["inspect", "capture"])
+def test_not_a_sysfs_tree_is_one_message_and_status_2(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [command, "--sysfs-root", str(tmp_path)]
+    if command == "capture":
+        args += ["--output", str(tmp_path / "x.tar.xz")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a sysfs tree" in err and str(tmp_path) in err
+    assert main([command, "--sysfs-root", str(tmp_path / "missing"), *args[3:]]) == 2
+    assert "no such folder" in capsys.readouterr().err
+
+
+def test_sys_folder_itself_gets_a_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    basic_machine(tmp_path, cpus=1)
+    assert main(["inspect", "--sysfs-root", str(tmp_path / "sys")]) == 2
+    assert f"pass the folder that contains it ({tmp_path})" in capsys.readouterr().err
+
+
+def test_text_view_shows_packages_pci_tree_and_locality(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    switch_machine(tmp_path)
+    assert main(["inspect", "--sysfs-root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Package 0 (id 0): CPUs 0-3" in out
+    assert "NUMA node 1: CPUs 4-7" in out
+    assert "L3 unified 16 MiB: [0-3]" in out
+    assert "0000:01:00.0  0x060400" in out and "[switch]" in out
+    assert "<ACC0>" in out and "net eth0" in out and "dev card1,renderD129" in out
+    matrix = out[out.index("Locality") :].splitlines()
+    header = matrix[1].split()
+    assert header == ["ACC0", "NIC0", "NIC1"]
+    rows = {line.split()[0]: line.split()[1:] for line in matrix[2:5]}
+    assert rows["ACC0"] == ["X", "SW", "SYS"]
+    assert rows["NIC1"] == ["SYS", "SYS", "X"]
+
+
+def test_inspect_imports_no_grpc_kubernetes_or_yaml(tmp_path: Path) -> None:
+    basic_machine(tmp_path, cpus=2)
+    code = (
+        "import sys\n"
+        "from topodra.common.cli.main import main\n"
+        f"assert main(['inspect', '--output', 'json', '--sysfs-root', {str(tmp_path)!r}]) == 0\n"
+        "roots = ('grpc', 'kubernetes', 'yaml', 'google')\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in roots)\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+        "sys.exit(1 if heavy else 0)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["cpus"][0]["id"] == 0

@@ -1,0 +1,35 @@
+"""hwloc reads our own hand-made trees the way discovery does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from topodra.common.topology import discover
+
+from tests.conftest import skip_or_fail
+from tests.unit.topology import hwloc_view
+from tests.unit.topology.sysfs_tree import basic_machine
+from tests.unit.topology.test_topology_fixtures import check_numa_against_hwloc, check_pci_against_hwloc
+from tests.unit.topology.test_topology_pci import switch_machine
+
+
+@pytest.mark.hwloc
+@pytest.mark.parametrize("shape", ["1p4c", "2p2c2t", "switches"])
+def test_hand_made_trees_agree_with_hwloc(tmp_path: Path, shape: str) -> None:
+    if not hwloc_view.available():
+        skip_or_fail("lstopo-no-graphics (Debian package hwloc) is not installed")
+    if shape == "1p4c":
+        basic_machine(tmp_path, cpus=4)
+    elif shape == "2p2c2t":
+        basic_machine(tmp_path, cpus=8, packages=2, threads=2)
+    else:
+        switch_machine(tmp_path)
+    h = hwloc_view.read(tmp_path)
+    t = discover(tmp_path)
+    assert h.pus == t.usable_cpus()
+    assert h.packages == frozenset(p.cpus for p in t.packages)
+    assert h.cores == frozenset(c.cpus for c in t.cores)
+    assert h.caches == frozenset((c.level, c.type, c.cpus) for c in t.caches)
+    check_numa_against_hwloc(h, t)
+    check_pci_against_hwloc(h, t)
