@@ -18,6 +18,9 @@ SHARED = REPO.parent / "shared"
 FIXTURES = SHARED / "fixtures" / "sysfs"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
+# The session-wide `control_plane` fixture (real kube-apiserver etc.), usable from every folder.
+pytest_plugins = ["tests.controlplane.fixtures"]
+
 
 def fixture_names() -> list[str]:
     """Names of the captured machines (`<source>--<name>`), empty when ../shared is absent."""
