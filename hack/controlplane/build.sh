@@ -51,6 +51,7 @@ build() {
     local start scratch
     start=$(date +%s)
     scratch="$(mktemp -d "$cache_root/.partial.XXXXXX")"
+    chmod 755 "$scratch"
     log "building $(basename "$out") with $(go version | awk '{print $3}') -p $jobs (cold builds take a while)"
     (cd "$mod" && go build -p "$jobs" -trimpath -ldflags="$ldflags" -o "$scratch/" "$@")
     rm -rf "$out"
