@@ -328,14 +328,21 @@ class CdiWriter:
             return None
         return data
 
-    def remove(self, spec_id: str) -> bool:
-        """True when a file was removed; a missing file is fine (idempotent)."""
+    def remove(self, spec_id: str, sync: bool = True) -> bool:
+        """True when a file was removed; a missing file is fine (idempotent). With sync=False
+        the caller batches several removals and calls `sync()` once."""
         try:
             self.path(spec_id).unlink()
         except FileNotFoundError:
             return False
-        fsync_dir(self.root)
+        if sync:
+            fsync_dir(self.root)
         return True
+
+    def sync(self) -> None:
+        """Make earlier removals durable (one folder fsync)."""
+        if self.root.is_dir():
+            fsync_dir(self.root)
 
     def list_ids(self) -> list[str]:
         """Ids of our spec files present now (stale temp files are not specs and are skipped)."""

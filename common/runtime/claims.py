@@ -23,7 +23,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,26 @@ class _Checked:
 
 
 @dataclass(slots=True)
+class _Request:
+    """One prepare or unprepare call waiting to be served (possibly by another thread)."""
+
+    op: str  # prepare | unprepare
+    claims: tuple[ClaimRef, ...]
+    fetched: dict[str, Any]  # uid -> claim object or the exception its GET raised
+    prepared: dict[str, ClaimOutcome] = field(default_factory=dict)
+    unprepared: dict[str, str] = field(default_factory=dict)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def fail(self, message: str) -> None:
+        for c in self.claims:
+            text = f"{_label(c)}: {message}"
+            if self.op == "prepare":
+                self.prepared.setdefault(c.uid, ClaimOutcome(error=text))
+            else:
+                self.unprepared.setdefault(c.uid, text)
+
+
+@dataclass(slots=True)
 class ReconcileReport:
     unprepared: list[str]
     kept: list[str]
@@ -137,6 +157,8 @@ class ClaimManager:
         self._cdi = cdi_writer
         self._clock = clock
         self._lock = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Request] = []
         self._records: dict[str, ClaimRecord] = {}
         self._started = False
         self._clean_load = True
@@ -280,54 +302,193 @@ class ClaimManager:
         with self._serialized():
             return dict(self._records)
 
+    # --- request batching ---------------------------------------------------------------------
+    #
+    # Calls are serialized, and every checkpoint write costs fsyncs. Calls that arrive while
+    # another is being served queue up; whoever takes the lock next serves the whole queue with
+    # one checkpoint write per phase (group commit). Queued calls are concurrent, so serving
+    # them in any order is correct; unprepares go first so that freed devices can be reused.
+
+    def _submit(self, req: _Request) -> None:
+        t0 = self._clock()
+        with self._queue_lock:
+            self._queue.append(req)
+        try:
+            with self._lock:
+                if req.done.is_set():
+                    return
+                with self._checkpoint.locked():
+                    if not self._started:
+                        self._recover()
+                    elif self._checkpoint.changed_on_disk():
+                        self._reload()
+                    with self._queue_lock:
+                        batch, self._queue = self._queue, []
+                    self._serve(batch)
+        except LockTimeout as e:
+            with self._queue_lock:
+                mine = req in self._queue
+                if mine:
+                    self._queue.remove(req)
+            if mine:
+                req.fail(str(e))
+                req.done.set()
+        req.done.wait()
+        elapsed = self._clock() - t0
+        for _ in req.claims:
+            (self._metrics.prepare if req.op == "prepare" else self._metrics.unprepare)(elapsed)
+
+    def _serve(self, batch: list[_Request]) -> None:
+        try:
+            unprep = [r for r in batch if r.op == "unprepare"]
+            if unprep:
+                res = self._unprepare_many([c for r in unprep for c in r.claims])
+                for r in unprep:
+                    r.unprepared = {c.uid: res[c.uid] for c in r.claims}
+            prep = [r for r in batch if r.op == "prepare"]
+            if prep:
+                fetched = {uid: obj for r in prep for uid, obj in r.fetched.items()}
+                out = self._prepare_many([c for r in prep for c in r.claims], fetched)
+                for r in prep:
+                    r.prepared = {c.uid: out[c.uid] for c in r.claims}
+            self._metrics.prepared(self._count_completed())
+        except Exception as e:  # a bug here must not leave callers hanging
+            self._log.exception("claim batch failed")
+            for r in batch:
+                r.fail(f"internal error: {type(e).__name__}: {e}")
+        finally:
+            for r in batch:
+                r.done.set()
+
     # --- prepare ------------------------------------------------------------------------------
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
-        out: dict[str, ClaimOutcome] = {}
-        try:
-            with self._serialized():
-                here = {d.name: d for d in self.driver.devices()}
-                for claim in claims:
-                    if claim.uid in out:
-                        continue
-                    t0 = self._clock()
-                    outcome = self._prepare_one(claim, here)
-                    self._metrics.prepare(self._clock() - t0)
-                    out[claim.uid] = outcome
-                self._metrics.prepared(self._count_completed())
-        except LockTimeout as e:
-            for claim in claims:
-                out.setdefault(claim.uid, ClaimOutcome(error=f"{_label(claim)}: {e}"))
-        return out
+        req = _Request("prepare", tuple(claims), self._prefetch(claims))
+        self._submit(req)
+        return req.prepared
 
-    def _prepare_one(self, claim: ClaimRef, here: Mapping[str, Device]) -> ClaimOutcome:
-        try:
-            _check_ref(claim)
+    def _prefetch(self, claims: Sequence[ClaimRef]) -> dict[str, Any]:
+        """GET claims before queueing, outside the lock, so concurrent calls overlap their GETs.
+        A claim already completed needs none (an unlocked peek; a wrong guess only costs a GET)."""
+        fetched: dict[str, Any] = {}
+        for claim in claims:
             rec = self._records.get(claim.uid)
-            if rec is not None and rec.phase is Phase.COMPLETED:
-                self._ensure_spec(rec)
-                self._log.debug(f"{_label(claim)}: already prepared", **logs.claim(claim))
-                return ClaimOutcome(devices=rec.result)
-            if rec is not None and not self._rollback(rec):
-                raise ClaimFailure(
-                    f"{_label(claim)}: an earlier interrupted prepare could not be rolled back"
-                )
-            checked = self._check(claim, here)
-            return self._run_prepare(checked)
-        except ClaimFailure as e:
-            self._log.warning(f"prepare refused: {e}", **logs.claim(claim), error=str(e))
-            return ClaimOutcome(error=str(e))
+            if claim.uid in fetched or (rec is not None and rec.phase is Phase.COMPLETED):
+                continue
+            try:
+                _check_ref(claim)
+                fetched[claim.uid] = self._source.get(claim.namespace, claim.name)
+            except (ClaimFailure, ClaimNotFound, ClaimSourceError) as e:
+                fetched[claim.uid] = e
+        return fetched
 
-    def _check(self, claim: ClaimRef, here: Mapping[str, Device]) -> _Checked:
-        """Everything that can be decided without side effects."""
+    def _get(self, claim: ClaimRef, fetched: Mapping[str, Any]) -> Mapping[str, Any]:
+        obj = fetched.get(claim.uid)
         try:
-            obj = self._source.get(claim.namespace, claim.name)
+            if obj is None:
+                obj = self._source.get(claim.namespace, claim.name)
+            if isinstance(obj, Exception):
+                raise obj
         except ClaimNotFound as e:
             raise ClaimFailure(f"{_label(claim)}: not found in the API server") from e
         except ClaimSourceError as e:
             raise ClaimFailure(
                 f"{_label(claim)}: cannot read it from the API server, retry later: {e}"
             ) from e
+        result: Mapping[str, Any] = obj
+        return result
+
+    def _prepare_many(
+        self, claims: Sequence[ClaimRef], fetched: Mapping[str, Any]
+    ) -> dict[str, ClaimOutcome]:
+        out: dict[str, ClaimOutcome] = {}
+        here = {d.name: d for d in self.driver.devices()}
+        pending: list[_Checked] = []
+        dirty = False  # rollbacks of earlier attempts changed the records
+        for claim in claims:
+            if claim.uid in out or any(p.claim.uid == claim.uid for p in pending):
+                continue
+            try:
+                _check_ref(claim)
+                rec = self._records.get(claim.uid)
+                if rec is not None and rec.phase is Phase.COMPLETED:
+                    self._ensure_spec(rec)
+                    self._log.debug(f"{_label(claim)}: already prepared", **logs.claim(claim))
+                    out[claim.uid] = ClaimOutcome(devices=rec.result)
+                    continue
+                if rec is not None:
+                    if not self._rollback(rec):
+                        raise ClaimFailure(
+                            f"{_label(claim)}: an earlier interrupted attempt could not be rolled back"
+                        )
+                    dirty = True
+                checked = self._check(claim, self._get(claim, fetched), here)
+            except ClaimFailure as e:
+                self._log.warning(f"prepare refused: {e}", **logs.claim(claim), error=str(e))
+                out[claim.uid] = ClaimOutcome(error=str(e))
+                continue
+            # reserve now, so later claims of this batch see the devices as held
+            self._records[claim.uid] = ClaimRecord(
+                claim=claim,
+                phase=Phase.STARTED,
+                allocated=checked.allocated,
+                cdi_file=self._cdi.file_name(claim.uid),
+            )
+            pending.append(checked)
+        if not pending:
+            if dirty:
+                self._save_best_effort()
+            return out
+
+        try:
+            self._checkpoint.save(self._records)  # phase 1: started, before the driver acts
+        except OSError as e:
+            for c in pending:
+                self._records.pop(c.claim.uid, None)
+                out[c.claim.uid] = ClaimOutcome(error=f"{_label(c.claim)}: cannot write checkpoint: {e}")
+            return out
+
+        done: list[ClaimRecord] = []
+        for c in pending:
+            started = self._records[c.claim.uid]
+            try:
+                prep = self.driver.prepare(c.claim, c.allocated, c.configs)
+                json.dumps(dict(prep.state))  # must survive the checkpoint
+                spec, result = self._spec_for(c.claim, c.allocated, prep)
+                self._cdi.write(c.claim.uid, spec)
+            except Exception as e:
+                message = _driver_message(c.claim, e)
+                self._log.warning(f"prepare failed: {message}", **logs.claim(c.claim), error=message)
+                self._rollback(started)
+                out[c.claim.uid] = ClaimOutcome(error=message)
+                continue
+            rec = replace(started, phase=Phase.COMPLETED, preparation=prep, result=result, cdi_spec=spec)
+            self._records[c.claim.uid] = rec
+            done.append(rec)
+
+        try:
+            self._checkpoint.save(self._records)  # phase 2: completed
+        except OSError as e:
+            for rec in done:
+                self._records[rec.claim.uid] = replace(rec, phase=Phase.STARTED)
+                self._rollback(self._records[rec.claim.uid])
+                out[rec.claim.uid] = ClaimOutcome(error=f"{_label(rec.claim)}: cannot write checkpoint: {e}")
+            self._save_best_effort()
+            return out
+        for rec in done:
+            for r in rec.result:
+                self._log.info(
+                    f"prepared {_label(rec.claim)} device {r.device}",
+                    **logs.claim(rec.claim),
+                    device=r.device,
+                    pool=r.pool,
+                    cdi_ids=list(r.cdi_device_ids),
+                )
+            out[rec.claim.uid] = ClaimOutcome(devices=rec.result)
+        return out
+
+    def _check(self, claim: ClaimRef, obj: Mapping[str, Any], here: Mapping[str, Device]) -> _Checked:
+        """Everything that can be decided without side effects."""
         meta = obj.get("metadata") or {}
         got_uid = meta.get("uid")
         if got_uid != claim.uid:
@@ -382,51 +543,6 @@ class ClaimManager:
                         f"{other.claim.namespace}/{other.claim.name} (uid {other.claim.uid})"
                     )
 
-    def _run_prepare(self, c: _Checked) -> ClaimOutcome:
-        claim = c.claim
-        started = ClaimRecord(
-            claim=claim, phase=Phase.STARTED, allocated=c.allocated, cdi_file=self._cdi.file_name(claim.uid)
-        )
-        self._records[claim.uid] = started
-        try:
-            self._checkpoint.save(self._records)
-        except OSError as e:
-            self._records.pop(claim.uid, None)
-            raise ClaimFailure(f"{_label(claim)}: cannot write checkpoint: {e}") from e
-
-        try:
-            prep = self.driver.prepare(claim, c.allocated, c.configs)
-            json.dumps(dict(prep.state))  # must survive the checkpoint
-            spec, result = self._spec_for(claim, c.allocated, prep)
-            self._cdi.write(claim.uid, spec)
-        except Exception as e:
-            message = _driver_message(claim, e)
-            self._rollback_or_keep(started)
-            raise ClaimFailure(message) from e
-
-        done = replace(started, phase=Phase.COMPLETED, preparation=prep, result=result, cdi_spec=spec)
-        self._records[claim.uid] = done
-        try:
-            self._checkpoint.save(self._records)
-        except OSError as e:
-            self._records[claim.uid] = started
-            self._rollback_or_keep(started)
-            raise ClaimFailure(f"{_label(claim)}: cannot write checkpoint: {e}") from e
-        for r in result:
-            self._log.info(
-                f"prepared {_label(claim)} device {r.device}",
-                **logs.claim(claim),
-                device=r.device,
-                pool=r.pool,
-                cdi_ids=list(r.cdi_device_ids),
-            )
-        return ClaimOutcome(devices=result)
-
-    def _rollback_or_keep(self, started: ClaimRecord) -> None:
-        if self._rollback(started):
-            with contextlib.suppress(OSError):
-                self._checkpoint.save(self._records)
-
     def _spec_for(
         self, claim: ClaimRef, allocated: Sequence[AllocatedDevice], prep: Preparation
     ) -> tuple[dict[str, Any], tuple[ResultDevice, ...]]:
@@ -466,60 +582,67 @@ class ClaimManager:
     # --- unprepare ----------------------------------------------------------------------------
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
-        out: dict[str, str] = {}
-        try:
-            with self._serialized():
-                for claim in claims:
-                    if claim.uid in out:
-                        continue
-                    t0 = self._clock()
-                    out[claim.uid] = self._unprepare_one(claim)
-                    self._metrics.unprepare(self._clock() - t0)
-                self._metrics.prepared(self._count_completed())
-        except LockTimeout as e:
-            for claim in claims:
-                out.setdefault(claim.uid, f"{_label(claim)}: {e}")
-        return out
+        req = _Request("unprepare", tuple(claims), {})
+        self._submit(req)
+        return req.unprepared
 
-    def _unprepare_one(self, claim: ClaimRef) -> str:
-        rec = self._records.get(claim.uid)
-        if rec is None:
-            self._log.debug(f"{_label(claim)}: not prepared here, nothing to do", **logs.claim(claim))
-            return ""
-        if rec.phase is Phase.COMPLETED:
+    def _unprepare_many(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        leaving: dict[str, ClaimRecord] = {}
+        before: dict[str, ClaimRecord] = {}
+        for claim in claims:
+            if claim.uid in out or claim.uid in leaving:
+                continue
+            rec = self._records.get(claim.uid)
+            if rec is None:
+                self._log.debug(f"{_label(claim)}: not prepared here, nothing to do", **logs.claim(claim))
+                out[claim.uid] = ""
+                continue
+            before[claim.uid] = rec
             # back to "started" (in transition) first: a crash from here on is finished on restart
             # by the rollback, so the driver never restores a half-released claim
-            leaving = replace(rec, phase=Phase.STARTED)
-            self._records[claim.uid] = leaving
+            leaving[claim.uid] = replace(rec, phase=Phase.STARTED)
+        if not leaving:
+            return out
+        if any(r.phase is Phase.COMPLETED for r in before.values()):
+            self._records.update(leaving)
             try:
                 self._checkpoint.save(self._records)
             except OSError as e:
-                self._records[claim.uid] = rec
-                return f"{_label(rec.claim)}: cannot update checkpoint: {e}"
-            rec = leaving
+                self._records.update(before)
+                for uid, rec in before.items():
+                    out[uid] = f"{_label(rec.claim)}: cannot update checkpoint: {e}"
+                return out
+        released: list[ClaimRecord] = []
+        for uid, rec in leaving.items():
+            try:
+                self.driver.unprepare(rec.claim, rec.known_preparation())
+                self._cdi.remove(uid, sync=False)
+            except Exception as e:
+                message = f"{_label(rec.claim)}: unprepare failed, devices stay reserved: {e}"
+                self._log.error(message, **logs.claim(rec.claim), error=str(e))
+                out[uid] = message
+                continue
+            del self._records[uid]
+            released.append(rec)
         try:
-            self.driver.unprepare(rec.claim, rec.known_preparation())
-        except Exception as e:
-            message = f"{_label(rec.claim)}: driver unprepare failed, devices stay reserved: {e}"
-            self._log.error(message, **logs.claim(rec.claim), error=str(e))
-            return message
-        try:
-            self._cdi.remove(rec.claim.uid)
-            del self._records[claim.uid]
+            self._cdi.sync()
             self._checkpoint.save(self._records)
         except OSError as e:
-            self._records[claim.uid] = rec
-            message = f"{_label(rec.claim)}: cannot remove CDI spec or update checkpoint: {e}"
-            self._log.error(message, **logs.claim(rec.claim), error=str(e))
-            return message
-        for a in rec.allocated:
-            self._log.info(
-                f"unprepared {_label(rec.claim)} device {a.device}",
-                **logs.claim(rec.claim),
-                device=a.device,
-                pool=a.pool,
-            )
-        return ""
+            for rec in released:
+                self._records[rec.claim.uid] = rec  # still "started": undone again on restart
+                out[rec.claim.uid] = f"{_label(rec.claim)}: cannot update checkpoint: {e}"
+            return out
+        for rec in released:
+            out[rec.claim.uid] = ""
+            for a in rec.allocated:
+                self._log.info(
+                    f"unprepared {_label(rec.claim)} device {a.device}",
+                    **logs.claim(rec.claim),
+                    device=a.device,
+                    pool=a.pool,
+                )
+        return out
 
     # --- reconcile ----------------------------------------------------------------------------
 
@@ -562,7 +685,7 @@ class ClaimManager:
                     self._log.info(
                         f"reconcile: {_label(old.claim)} is {reason}; unpreparing", **logs.claim(old.claim)
                     )
-                    if not self._unprepare_one(old.claim):
+                    if not self._unprepare_many([old.claim])[old.claim.uid]:
                         report.unprepared.append(old.claim.uid)
                 self._metrics.prepared(self._count_completed())
         return report

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Benchmark of the claim core (ClaimManager): prepare latency and throughput. Prints figures.
+
+    python hack/bench_claims.py                 # claims served from memory (no GET cost)
+    python hack/bench_claims.py --apiserver     # claims GET from a real kube-apiserver on loopback
+                                                # (brings up tests/controlplane; needs its binaries)
+
+Each prepare includes the full path: claim GET, checks, two checkpoint writes (fsync of file and
+folder), the CDI spec write (fsync + rename + folder fsync), and the matching unprepare is timed
+separately. The driver is a trivial one (one env edit per device), so the figures are the
+runtime's own cost. Issue 4 targets: p99 <= 5 ms without the GET, <= 10 ms with a real API server;
+>= 500 claims/s with 64 concurrent claims.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from topodra.common.cdi.edits import ContainerEdits
+from topodra.common.device import Device
+from topodra.common.runtime.claims import ClaimManager
+from topodra.common.runtime.claimsource import ClaimNotFound
+from topodra.common.runtime.driver import (
+    AllocatedDevice,
+    ClaimRef,
+    DeviceHealth,
+    OpaqueConfig,
+    Preparation,
+    PreparedDevice,
+)
+
+DRIVER = "bench.topodra.io"
+NODE = "bench-node"
+
+
+class BenchDriver:
+    name = DRIVER
+
+    def __init__(self, n: int) -> None:
+        self._devices = [Device(f"dev-{i}") for i in range(n)]
+
+    def devices(self) -> Sequence[Device]:
+        return self._devices
+
+    def prepare(
+        self, claim: ClaimRef, results: Sequence[AllocatedDevice], config: Sequence[OpaqueConfig]
+    ) -> Preparation:
+        return Preparation(
+            devices=tuple(
+                PreparedDevice(a.request, a.pool, a.device, ContainerEdits(env=(f"BENCH={a.device}",)))
+                for a in results
+            )
+        )
+
+    def unprepare(self, claim: ClaimRef, preparation: Preparation) -> None:
+        pass
+
+    def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:
+        pass
+
+    def health(self) -> Mapping[str, DeviceHealth]:
+        return {}
+
+
+def claim(ns: str, name: str, uid: str, device: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": ns, "name": name, "uid": uid},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": DRIVER}}]}},
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"request": "r", "driver": DRIVER, "pool": NODE, "device": device}]}
+            }
+        },
+    }
+
+
+class MemorySource:
+    def __init__(self) -> None:
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def put(self, obj: dict[str, Any]) -> ClaimRef:
+        m = obj["metadata"]
+        self.claims[(m["namespace"], m["name"])] = obj
+        return ClaimRef(m["namespace"], m["name"], m["uid"])
+
+    def get(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            return self.claims[(namespace, name)]
+        except KeyError:
+            raise ClaimNotFound(name) from None
+
+
+@contextlib.contextmanager
+def apiserver_store() -> Iterator[tuple[Any, Any]]:
+    from kubernetes import client
+
+    from tests.controlplane.cluster import running_control_plane
+    from tests.unit.runtime_claims.claimkit import KubeClaimStore
+
+    with running_control_plane() as cp:
+        api = cp.api_client()
+        ns = f"bench-{uuid.uuid4().hex[:6]}"
+        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+        store = KubeClaimStore(api)
+        yield store, ns
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
+
+
+def run(put: Any, source: Any, ns: str, n: int, root: Path, cdi_root: Path) -> None:
+    devices = 64
+    m = ClaimManager.create(BenchDriver(devices), NODE, source, root / "state", cdi_root)
+    m.start()
+    refs = [put(claim(ns, f"b{i}", str(uuid.uuid4()), f"dev-{i % devices}")) for i in range(n)]
+
+    prep, unprep = [], []
+    for ref in refs:
+        t0 = time.perf_counter()
+        out = m.prepare([ref])[ref.uid]
+        t1 = time.perf_counter()
+        assert not out.error, out.error
+        assert m.unprepare([ref]) == {ref.uid: ""}
+        t2 = time.perf_counter()
+        prep.append((t1 - t0) * 1000)
+        unprep.append((t2 - t1) * 1000)
+    print(f"  prepare   one-device claim: p50 {pct(prep, 50):.2f} ms  p99 {pct(prep, 99):.2f} ms  (n={n})")
+    print(f"  unprepare one-device claim: p50 {pct(unprep, 50):.2f} ms  p99 {pct(unprep, 99):.2f} ms")
+
+    batch = refs[:devices]  # 64 concurrent claims, one device each
+    for rounds in range(3):
+        t0 = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(64) as pool:
+            outs = list(pool.map(lambda r: m.prepare([r])[r.uid], batch))
+        took = time.perf_counter() - t0
+        assert all(not o.error for o in outs)
+        print(f"  64 concurrent prepares (round {rounds + 1}): {len(batch) / took:.0f} claims/s")
+        m.unprepare(batch)
+    t0 = time.perf_counter()
+    out = m.prepare(batch)
+    took = time.perf_counter() - t0
+    assert all(not o.error for o in out.values())
+    print(f"  one call with 64 claims: {len(batch) / took:.0f} claims/s")
+    print(f"  (mean single prepare {statistics.mean(prep):.2f} ms)")
+    m.unprepare(batch)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--apiserver", action="store_true", help="GET claims from a real kube-apiserver")
+    ap.add_argument("-n", type=int, default=500, help="sequential prepare/unprepare pairs")
+    ap.add_argument("--cdi-parent", help="where to make the CDI folder (default: /dev/shm, a tmpfs)")
+    args = ap.parse_args()
+    # state on disk like /var/lib/..., CDI specs on a tmpfs like /var/run/cdi (when one exists)
+    shm = "/dev/shm" if Path("/dev/shm").is_dir() else None
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-claims-") as tmp,
+        tempfile.TemporaryDirectory(prefix="bench-cdi-", dir=args.cdi_parent or shm) as cdi,
+    ):
+        print(f"state dir {tmp}, CDI dir {cdi}")
+        if args.apiserver:
+            with apiserver_store() as (store, ns):
+                print("claim core, claims from a real kube-apiserver on loopback:")
+                run(store.put, store.source, ns, args.n, Path(tmp), Path(cdi))
+        else:
+            src = MemorySource()
+            print("claim core, claims from memory (no GET cost):")
+            run(src.put, src, "bench", args.n, Path(tmp), Path(cdi))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
