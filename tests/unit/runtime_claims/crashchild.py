@@ -8,7 +8,8 @@ separate process running the ClaimManager on real files, killed with SIGKILL by 
 A trial child recovers (ClaimManager.start), writes `{"t": "ready"}` to its log, then runs random
 prepare/unprepare calls until it is killed, logging `{"t": "B", ...}` before and `{"t": "A", ...}`
 with the answers after each call. With `crash_io` set it SIGKILLs itself at that fsync/rename
-(counted after ready), exactly before or after the real call, to hit every write boundary.
+(counted after ready, or from the start with `crash_in_recovery`), exactly before or after the
+real call, to hit every write boundary.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ def run_trial(cfg: dict[str, Any]) -> NoReturn:
 
     arm = _install_io_crash(cfg["crash_io"], cfg.get("crash_after", False)) if cfg.get("crash_io") else None
     m = build_manager(cfg)
+    if arm is not None and cfg.get("crash_in_recovery"):
+        arm()  # count from the start: the kill lands inside recovery
     m.start()
     emit({"t": "ready", "pid": os.getpid()})
     if arm is not None:

@@ -143,6 +143,7 @@ class Trials:
     n: int = 0
     kills: int = 0
     rolled_back: int = 0
+    recovery_kills: int = 0
 
     @property
     def dirs(self) -> dict[str, str]:
@@ -179,6 +180,14 @@ class Trials:
             else ""
         )
         raise AssertionError(f"trial {self.n}: child never got ready\n{stderr}")
+
+    def wait_answers(self, log: Path, pid: int, count: int, timeout: float = 20) -> None:
+        """Until the child has answered `count` calls (it keeps going until killed)."""
+        deadline = time.monotonic() + timeout
+        while log.read_text().count('"t": "A"') < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"trial {self.n}: child answered too few calls")
+            time.sleep(0.001)
 
     def wait_dead(self, pid: int, timeout: float = 20) -> None:
         deadline = time.monotonic() + timeout
@@ -301,11 +310,11 @@ def test_kill_at_random_moments(trials: Trials) -> None:
         seed = rng.randrange(1 << 30)
         pid, log = trials.spawn(seed, threads=1 + i % 2)
         trials.wait_ready(log, pid)
-        time.sleep(rng.uniform(0, 0.08))
+        trials.wait_answers(log, pid, rng.randrange(8))  # let it work, then kill at a random moment
+        time.sleep(rng.uniform(0, 0.02))
         trials.kill(pid, log)
         trials.restart_and_check(f"random trial {i} (seed {seed})")
     report(trials, "random kills")
-    assert trials.model.calls > 100  # the children did real work between kills
 
 
 def test_kill_at_every_write_boundary(trials: Trials) -> None:
@@ -328,10 +337,21 @@ def test_kill_during_recovery(trials: Trials) -> None:
         seed = rng.randrange(1 << 30)
         pid, log = trials.spawn(seed)
         trials.wait_ready(log, pid)
-        time.sleep(rng.uniform(0.005, 0.05))
+        trials.wait_answers(log, pid, rng.randrange(4))
+        time.sleep(rng.uniform(0, 0.01))
         trials.kill(pid, log)
-        pid, log = trials.spawn(seed + 1)
-        time.sleep(rng.uniform(0, 0.01))  # recovery in a forked child takes milliseconds
-        trials.kill(pid, log)
+        if i % 2:  # at a random moment (recovery in a forked child takes milliseconds)
+            pid, log = trials.spawn(seed + 1)
+            time.sleep(rng.uniform(0, 0.01))
+            trials.kill(pid, log)
+        else:  # at the k-th fsync/rename from the start, i.e. inside the recovery's own writes
+            k = 1 + i // 2
+            pid, log = trials.spawn(seed + 1, crash_io=k, crash_after=bool(i % 4), crash_in_recovery=True)
+            trials.wait_dead(pid)
+            trials.kills += 1
+            trials.model.read_log(log)
+            crashed_in_recovery = '"t": "ready"' not in log.read_text()
+            trials.recovery_kills += crashed_in_recovery
         trials.restart_and_check(f"recovery trial {i} (seed {seed})")
     report(trials, "kills during recovery")
+    print(f"  of which {trials.recovery_kills} certainly inside recovery (before ready)")
