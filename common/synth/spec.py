@@ -292,9 +292,9 @@ def _cache(obj: Obj | None, path: str, default: CacheSpec | None, *, l3: bool = 
     return CacheSpec(size_kib=size, ways=ways, cores=cores, scope=scope)
 
 
-DEFAULT_L1D = CacheSpec(48, 12)
-DEFAULT_L1I = CacheSpec(32, 8)
-DEFAULT_L2 = CacheSpec(2048, 16)
+DEFAULT_L1D = CacheSpec(48, 12, cores=1)
+DEFAULT_L1I = CacheSpec(32, 8, cores=1)
+DEFAULT_L2 = CacheSpec(2048, 16, cores=1)
 
 
 def _cpu(obj: Obj) -> CpuSpec:

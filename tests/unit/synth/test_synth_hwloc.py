@@ -1,0 +1,203 @@
+"""hwloc, an independent reader of real machines, must read every synthetic tree as declared."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from synth_cases import ALL, Built
+from synth_hwloc import HwObj, HwTopology, lstopo_available, parse_xml, run_lstopo
+from topodra.common.synth.spec import LinkSpec
+
+from tests.conftest import skip_or_fail
+
+pytestmark = pytest.mark.hwloc
+
+CACHE_OBJECTS = {
+    "L1Cache": (1, "Data"),
+    "L1iCache": (1, "Instruction"),
+    "L2Cache": (2, "Unified"),
+    "L3Cache": (3, "Unified"),
+}
+OSDEV_GPU, OSDEV_NETWORK, OSDEV_OPENFABRICS = 1, 2, 3
+LANE_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0}
+
+
+def hwloc_of(built: Built) -> HwTopology:
+    if not lstopo_available():
+        skip_or_fail("lstopo-no-graphics (Debian hwloc) is not installed")
+    xml, err = run_lstopo(built.root)
+    # hwloc prints a boxed warning when the OS information contradicts itself
+    assert "invalid information" not in err, err
+    return parse_xml(xml)
+
+
+@pytest.fixture(scope="module")
+def hwloc_view(synth_tree: Callable[[str], Built]) -> Callable[[str], tuple[Built, HwTopology]]:
+    cache: dict[str, tuple[Built, HwTopology]] = {}
+
+    def get(name: str) -> tuple[Built, HwTopology]:
+        if name not in cache:
+            built = synth_tree(name)
+            cache[name] = (built, hwloc_of(built))
+        return cache[name]
+
+    return get
+
+
+def link_gbytes(link: LinkSpec) -> float:
+    encoding = 0.8 if link.gen <= 2 else 128 / 130
+    return LANE_GTS[link.gen] * link.width * encoding / 8
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_cpus_cores_caches_and_packages(
+    name: str, hwloc_view: Callable[[str], tuple[Built, HwTopology]]
+) -> None:
+    built, topo = hwloc_view(name)
+    plan = built.plan
+    online = set(plan.online)
+    assert {int(o.attrs["os_index"]) for o in topo.of("PU")} == online
+    packages = sorted((int(p.attrs["os_index"]), p.cpuset) for p in topo.of("Package"))
+    expected_packages = sorted(
+        {
+            (c.socket, frozenset(x.id for x in plan.cpus if x.socket == c.socket and x.online))
+            for c in plan.cpus
+            if c.online
+        }
+    )
+    assert packages == expected_packages
+    assert len(packages) == built.spec.cpu.sockets
+    cores = sorted(sorted(o.cpuset) for o in topo.of("Core"))
+    assert cores == sorted(on for k in plan.cores if (on := sorted(set(k.cpus) & online)))
+    caches = sorted(
+        (*CACHE_OBJECTS[o.type], int(o.attrs["cache_size"]) // 1024, sorted(o.cpuset))
+        for o in topo.objects
+        if o.type in CACHE_OBJECTS
+    )
+    assert caches == sorted(
+        (k.level, k.type, k.size_kib, on) for k in plan.caches if (on := sorted(set(k.cpus) & online))
+    )
+    for p in topo.of("Package"):
+        assert p.infos.get("CPUModel") == built.spec.cpu.model_name  # from proc/cpuinfo
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_numa_nodes_memory_and_distances(
+    name: str, hwloc_view: Callable[[str], tuple[Built, HwTopology]]
+) -> None:
+    built, topo = hwloc_view(name)
+    plan = built.plan
+    online = set(plan.online)
+    nodes = sorted(
+        (int(o.attrs["os_index"]), sorted(o.cpuset), int(o.attrs["local_memory"]))
+        for o in topo.of("NUMANode")
+    )
+    assert nodes == [(n.id, sorted(set(n.cpus) & online), n.memory_kib * 1024) for n in plan.nodes]
+    assert len(nodes) == built.spec.cpu.sockets * built.spec.cpu.numa_nodes_per_socket
+    if len(plan.nodes) > 1:
+        indexes, values = topo.distances["NUMALatency"]
+        assert indexes == [n.id for n in plan.nodes]
+        assert values == [d for n in plan.nodes for d in n.distances]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_pci_functions_bridges_and_locality(
+    name: str, hwloc_view: Callable[[str], tuple[Built, HwTopology]]
+) -> None:
+    built, topo = hwloc_view(name)
+    plan = built.plan
+    pci = topo.pci()
+    assert set(pci) == {f.bdf for f in plan.functions}
+    for f in plan.functions:
+        o = pci[f.bdf]
+        cls, ids, subsys, rev = o.attrs["pci_type"].split()
+        assert cls == f"{f.class_code >> 8:04x}", f.bdf
+        assert ids == f"[{f.vendor:04x}:{f.device:04x}]", f.bdf
+        assert subsys == f"[{f.subsystem_vendor:04x}:{f.subsystem_device:04x}]", f.bdf
+        assert rev == f"{f.revision:02x}", f.bdf
+        assert o.type == ("Bridge" if f.is_bridge else "PCIDev"), f.bdf
+        if f.is_bridge:
+            assert o.attrs["bridge_pci"] == f"{f.domain:04x}:[{f.secondary:02x}-{f.subordinate:02x}]", f.bdf
+        chain = [a.attrs["pci_busid"] for a in reversed(o.ancestors()) if "pci_busid" in a.attrs]
+        assert chain == list(f.bridges), f.bdf
+        expected_speed = link_gbytes(f.link) if f.link is not None else 0.0
+        assert float(o.attrs["pci_link_speed"]) == pytest.approx(expected_speed, rel=1e-4), f.bdf
+        # the host bridge hangs below the object whose CPUs are the function's local CPUs
+        host = next(a for a in o.ancestors() if a.type == "Bridge" and "pci_busid" not in a.attrs)
+        assert host.parent is not None
+        assert host.parent.cpuset == frozenset(f.local_cpus), f.bdf
+
+
+def _osdevs(topo: HwTopology, kind: int) -> set[tuple[str, str]]:
+    out = set()
+    for o in topo.of("OSDev"):
+        if int(o.attrs["osdev_type"]) == kind:
+            assert o.parent is not None
+            out.add((o.attrs["name"], o.parent.attrs.get("pci_busid", "")))
+    return out
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_os_devices(name: str, hwloc_view: Callable[[str], tuple[Built, HwTopology]]) -> None:
+    built, topo = hwloc_view(name)
+    plan = built.plan
+    # hwloc skips interfaces under devices/virtual, so only the PCI ones are expected
+    assert _osdevs(topo, OSDEV_NETWORK) == {(n.name, n.function) for n in plan.netdevs if n.function}
+    assert _osdevs(topo, OSDEV_OPENFABRICS) == {(r.name, r.function) for r in plan.rdma}
+    drm = set()
+    for f in plan.functions:
+        if f.drm_card is not None:
+            drm.add((f"card{f.drm_card}", f.bdf))
+        if f.drm_render is not None:
+            drm.add((f"renderD{f.drm_render}", f.bdf))
+    assert _osdevs(topo, OSDEV_GPU) == drm
+    states = {
+        o.attrs["name"]: o.infos.get("Port1State")
+        for o in topo.of("OSDev")
+        if int(o.attrs["osdev_type"]) == OSDEV_OPENFABRICS
+    }
+    assert states == {r.name: "4" if r.active else "1" for r in plan.rdma}
+    addresses = {
+        o.attrs["name"]: o.infos.get("Address")
+        for o in topo.of("OSDev")
+        if int(o.attrs["osdev_type"]) == OSDEV_NETWORK
+    }
+    assert addresses == {n.name: n.address for n in plan.netdevs if n.function}
+
+
+def test_hybrid_core_kinds_by_frequency(hwloc_view: Callable[[str], tuple[Built, HwTopology]]) -> None:
+    built, topo = hwloc_view("edge")
+    kinds = {k["FrequencyMaxMHz"]: sorted(cpus) for cpus, k in topo.cpukinds}
+    plan = built.plan
+    assert kinds == {
+        "5000": [c.id for c in plan.cpus if c.kind == "core" and c.online],
+        "3800": [c.id for c in plan.cpus if c.kind == "atom" and c.online],
+    }
+
+
+def _pci_class(o: HwObj) -> str:
+    return o.attrs["pci_type"].split()[0]
+
+
+def test_each_gpu_shares_a_switch_with_exactly_one_nic(
+    hwloc_view: Callable[[str], tuple[Built, HwTopology]],
+) -> None:
+    """The headline machine, as hwloc sees it: 8 GPUs, each alone with one NIC below a switch."""
+    _built, topo = hwloc_view("2s-8acc-8nic")
+    gpus = [o for o in topo.of("PCIDev") if _pci_class(o) == "0302"]
+    assert len(gpus) == 8
+    switches = set()
+    for gpu in gpus:
+        bridges = [a for a in reversed(gpu.ancestors()) if a.type == "Bridge" and "pci_busid" in a.attrs]
+        assert len(bridges) == 3  # root port, switch upstream port, switch downstream port
+        upstream = bridges[1]
+        switches.add(upstream.attrs["pci_busid"])
+        below = [o for o in topo.of("PCIDev") if upstream in o.ancestors()]
+        assert sorted(_pci_class(o) for o in below) == ["0200", "0302"]
+    assert len(switches) == 8
+    per_package: dict[str, int] = {}
+    for gpu in gpus:
+        package = next(a for a in gpu.ancestors() if a.type == "Package")
+        per_package[package.attrs["os_index"]] = per_package.get(package.attrs["os_index"], 0) + 1
+    assert per_package == {"0": 4, "1": 4}
