@@ -49,11 +49,9 @@ def run(args: argparse.Namespace) -> int:
 
     topology = discover(args.sysfs_root)
     if args.output == "json":
-        import json
+        from topodra.common.topology.jsonview import dumps, to_json
 
-        from topodra.common.topology.jsonview import to_json
-
-        sys.stdout.write(json.dumps(to_json(topology), indent=1) + "\n")
+        sys.stdout.write(dumps(to_json(topology)))
     else:
         from topodra.common.cli.inspect_text import render
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from topodra.common.topology.model import Cache, Core, Cpu, Package
 from topodra.common.topology.parse import cached_cpumask, parse_cpulist, parse_int, parse_size, read_cpus
@@ -24,21 +23,36 @@ _CACHE_TYPES = {"Data": "data", "Instruction": "instruction", "Unified": "unifie
 _AMD_CU_FAMILIES = (0x15, 0x16)
 
 
-@dataclass(frozen=True, slots=True)
+# The intermediate records below are plain slotted classes, not dataclasses: they never leave
+# discovery, and each dataclass costs a millisecond of code generation at import, which
+# `topodra inspect` pays on every run.
+
+
 class CpuPresence:
     """Which cpuN folders exist, which are online, which are usable."""
 
-    complete: tuple[int, ...]
-    online: frozenset[int]
-    usable: frozenset[int]
+    __slots__ = ("complete", "online", "usable")
+
+    def __init__(self, complete: tuple[int, ...], online: frozenset[int], usable: frozenset[int]) -> None:
+        self.complete = complete
+        self.online = online
+        self.usable = usable
 
 
-@dataclass(frozen=True, slots=True)
 class CpuTopology:
-    cpus: tuple[Cpu, ...]
-    packages: tuple[Package, ...]
-    cores: tuple[Core, ...]
-    caches: tuple[Cache, ...]
+    __slots__ = ("caches", "cores", "cpus", "packages")
+
+    def __init__(
+        self,
+        cpus: tuple[Cpu, ...],
+        packages: tuple[Package, ...],
+        cores: tuple[Core, ...],
+        caches: tuple[Cache, ...],
+    ) -> None:
+        self.cpus = cpus
+        self.packages = packages
+        self.cores = cores
+        self.caches = caches
 
 
 def find_cpus(r: SysfsReader) -> CpuPresence:
@@ -108,14 +122,24 @@ _PACKAGE_MASKS = ("package_cpus", "core_siblings", "package_cpus_list", "core_si
 _CORE_MASKS = ("core_cpus", "thread_siblings", "core_cpus_list", "thread_siblings_list")
 
 
-@dataclass(slots=True)
 class _Raw:
-    package_id: int | None
-    die_id: int | None
-    cluster_id: int | None
-    core_id: int | None
-    package_mask: frozenset[int] | None
-    core_mask: frozenset[int] | None
+    __slots__ = ("cluster_id", "core_id", "core_mask", "die_id", "package_id", "package_mask")
+
+    def __init__(
+        self,
+        package_id: int | None,
+        die_id: int | None,
+        cluster_id: int | None,
+        core_id: int | None,
+        package_mask: frozenset[int] | None,
+        core_mask: frozenset[int] | None,
+    ) -> None:
+        self.package_id = package_id
+        self.die_id = die_id
+        self.cluster_id = cluster_id
+        self.core_id = core_id
+        self.package_mask = package_mask
+        self.core_mask = core_mask
 
 
 def _partition(order: Iterable[int], mask_of: dict[int, frozenset[int]]) -> list[tuple[int, ...]]:

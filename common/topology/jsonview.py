@@ -8,6 +8,7 @@ positions, unique even where kernel ids repeat.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from topodra.common.topology.model import DeviceNode, PciFunction, Topology
@@ -139,3 +140,20 @@ def to_json(t: Topology) -> dict[str, Any]:
         ],
         "warnings": [str(w) for w in t.warnings],
     }
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """The document with one top-level key, and one list item, per line.
+
+    Readable with grep and diff, yet every piece goes through json's C encoder: `indent=` would
+    switch to the pure-Python encoder, which costs more than discovery itself on big machines.
+    """
+    enc = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode
+    parts = []
+    for key, value in doc.items():
+        if isinstance(value, list) and value:
+            items = ",\n  ".join(enc(v) for v in value)
+            parts.append(f"{enc(key)}: [\n  {items}\n ]")
+        else:
+            parts.append(f"{enc(key)}: {enc(value)}")
+    return "{\n " + ",\n ".join(parts) + "\n}\n"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
 from topodra.common.topology.model import DeviceNode, PcieLink, PcieRoot, PciFunction, Sriov
 from topodra.common.topology.parse import parse_int, read_cpus, read_hex
@@ -30,12 +29,18 @@ _NOT_PCI_HOSTS = frozenset({"system", "virtual", "software", "tracepoint", "brea
 _WALK_DEPTH = 16
 
 
-@dataclass(frozen=True, slots=True)
 class Location:
-    path: str  # resolved, root-relative: "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"
-    pcie_root: str | None
-    root_bus: str | None
-    bridges: tuple[str, ...]
+    """Where a function sits; a plain class, as it never leaves discovery (see cpu.CpuPresence)."""
+
+    __slots__ = ("bridges", "path", "pcie_root", "root_bus")
+
+    def __init__(
+        self, path: str, pcie_root: str | None, root_bus: str | None, bridges: tuple[str, ...]
+    ) -> None:
+        self.path = path  # resolved, root-relative: "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"
+        self.pcie_root = pcie_root
+        self.root_bus = root_bus
+        self.bridges = bridges
 
 
 def locate(path: str) -> Location:
