@@ -106,3 +106,64 @@ class Driver(Protocol):
     def health(self) -> Mapping[str, DeviceHealth]:
         """Health by device name; devices not listed are reported UNKNOWN."""
         ...
+
+
+# --- optional: drivers that write ResourceClaim status (additive; used by the NIC driver) -------
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkDeviceData:
+    """`status.devices[].networkData`: what the pod's network sees of the device."""
+
+    interface_name: str = ""  # ≤256 bytes
+    hardware_address: str = ""  # ≤128 bytes
+    ips: tuple[str, ...] = ()  # ≤16, CIDR interface addresses, e.g. "192.0.2.5/24"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceCondition:
+    """A metav1.Condition in `status.devices[].conditions` (≤8); lastTransitionTime is managed
+    by the writer (kept while the status does not change)."""
+
+    type: str  # e.g. "Ready"
+    status: str  # "True" | "False" | "Unknown"
+    reason: str  # CamelCase
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDeviceStatus:
+    """One `status.devices[]` entry of this driver (keyed by driver, pool, device, shareID)."""
+
+    pool: str
+    device: str
+    share_id: str | None = None
+    conditions: tuple[DeviceCondition, ...] = ()
+    network_data: NetworkDeviceData | None = None
+    data: Mapping[str, Any] | None = None  # JSON object ≤10 KiB
+
+
+class ClaimStatusError(Exception):
+    """The claim's status could not be written (API error, claim gone or replaced)."""
+
+
+class ClaimStatusWriter(Protocol):
+    """Writes this driver's entries of `ResourceClaim.status.devices` (resourceclaims/status).
+
+    The runtime builds one per driver and hands it to drivers that implement
+    `set_status_writer` (see `StatusWritingDriver`); other drivers never see it.
+    """
+
+    def set_devices(self, claim: ClaimRef, devices: Sequence[AllocatedDeviceStatus]) -> None:
+        """Make our entries for these (pool, device, shareID) equal to `devices`; others stay."""
+        ...
+
+    def remove_devices(self, claim: ClaimRef, keys: Sequence[tuple[str, str, str | None]]) -> None:
+        """Drop our entries with these (pool, device, shareID); a missing claim is fine."""
+        ...
+
+
+class StatusWritingDriver(Driver, Protocol):
+    """A Driver that also writes claim status; the runtime calls this once before serving."""
+
+    def set_status_writer(self, writer: ClaimStatusWriter) -> None: ...

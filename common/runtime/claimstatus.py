@@ -1,0 +1,210 @@
+"""Writing a driver's `ResourceClaim.status.devices[]` entries (facts §5.3).
+
+Several drivers may write entries into one claim (a claim can hold a CPU, an accelerator and a
+NIC), so each write is read-modify-write of our entries only, sent as an update of the status
+subresource carrying the resourceVersion that was read: the API server refuses it with 409 when
+someone wrote in between, and we read again and retry. A JSON merge patch would replace the
+whole list (other drivers' entries included); strategic merge cannot key a list on four fields.
+
+RBAC: `resourceclaims/status` `get`+`update`; on 1.36+ with granular status authorization also
+`resourceclaims/driver` `associated-node:update` for `resourceNames: [<driver>]`.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from topodra.common import logs
+from topodra.common.runtime.claimsource import GROUP, PLURAL, VERSION
+from topodra.common.runtime.driver import AllocatedDeviceStatus, ClaimRef, ClaimStatusError
+
+_log = logs.get("topodra.runtime.claimstatus")
+
+Key = tuple[str, str, str | None]  # pool, device, shareID
+
+
+def rfc3339(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(int(ts), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def entry_key(entry: Mapping[str, Any]) -> Key:
+    return (str(entry.get("pool", "")), str(entry.get("device", "")), entry.get("shareID") or None)
+
+
+def to_api(
+    driver: str,
+    status: AllocatedDeviceStatus,
+    previous: Mapping[str, Any] | None,
+    now: str,
+    generation: int | None,
+) -> dict[str, Any]:
+    """One API entry; a condition keeps its lastTransitionTime while its status is unchanged."""
+    out: dict[str, Any] = {"driver": driver, "pool": status.pool, "device": status.device}
+    if status.share_id:
+        out["shareID"] = status.share_id
+    old_conditions = {
+        c.get("type"): c for c in (previous or {}).get("conditions") or () if isinstance(c, Mapping)
+    }
+    if status.conditions:
+        conditions = []
+        for c in status.conditions:
+            old = old_conditions.get(c.type)
+            since = old.get("lastTransitionTime") if old and old.get("status") == c.status else None
+            cond: dict[str, Any] = {
+                "type": c.type,
+                "status": c.status,
+                "reason": c.reason,
+                "message": c.message,
+                "lastTransitionTime": since or now,
+            }
+            if generation is not None:
+                cond["observedGeneration"] = generation
+            conditions.append(cond)
+        out["conditions"] = conditions
+    if status.network_data is not None:
+        nd = status.network_data
+        net: dict[str, Any] = {}
+        if nd.interface_name:
+            net["interfaceName"] = nd.interface_name
+        if nd.hardware_address:
+            net["hardwareAddress"] = nd.hardware_address
+        if nd.ips:
+            net["ips"] = list(nd.ips)
+        out["networkData"] = net
+    if status.data is not None:
+        out["data"] = copy.deepcopy(dict(status.data))
+    return out
+
+
+def merge(
+    current: Sequence[Mapping[str, Any]],
+    driver: str,
+    updates: Sequence[AllocatedDeviceStatus],
+    removals: Sequence[Key],
+    now: str,
+    generation: int | None = None,
+) -> list[dict[str, Any]]:
+    """The new `status.devices`: other drivers' entries untouched and in place, ours replaced,
+    new ones appended, removed ones dropped (pure)."""
+    by_key = {(u.pool, u.device, u.share_id or None): u for u in updates}
+    drop = set(removals)
+    out: list[dict[str, Any]] = []
+    done: set[Key] = set()
+    for entry in current:
+        if not isinstance(entry, Mapping):
+            continue
+        key = entry_key(entry)
+        if entry.get("driver") != driver:
+            out.append(dict(entry))
+        elif key in by_key:
+            out.append(to_api(driver, by_key[key], entry, now, generation))
+            done.add(key)
+        elif key in drop:
+            continue
+        else:
+            out.append(dict(entry))
+    for key, update in by_key.items():
+        if key not in done:
+            out.append(to_api(driver, update, None, now, generation))
+    return out
+
+
+def _same(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> bool:
+    return [dict(x) for x in a] == [dict(x) for x in b]
+
+
+class KubeClaimStatusWriter:
+    """`ClaimStatusWriter` over the official client (CustomObjectsApi keeps the JSON as dicts)."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        driver: str,
+        *,
+        retries: int = 8,
+        timeout: float = 10.0,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        from kubernetes import client
+
+        self._api = client.CustomObjectsApi(api_client)
+        self.driver = driver
+        self._retries = retries
+        self._timeout = timeout
+        self._clock = clock
+        self._sleep = sleep
+        self._log = _log.bind(driver=driver)
+
+    def set_devices(self, claim: ClaimRef, devices: Sequence[AllocatedDeviceStatus]) -> None:
+        self._update(claim, devices, ())
+
+    def remove_devices(self, claim: ClaimRef, keys: Sequence[Key]) -> None:
+        self._update(claim, (), keys)
+
+    def _update(
+        self, claim: ClaimRef, updates: Sequence[AllocatedDeviceStatus], removals: Sequence[Key]
+    ) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        label = f"ResourceClaim {claim.namespace}/{claim.name} (uid {claim.uid})"
+        removing_only = not updates
+        for attempt in range(self._retries):
+            try:
+                obj: Any = self._api.get_namespaced_custom_object(
+                    GROUP, VERSION, claim.namespace, PLURAL, claim.name, _request_timeout=self._timeout
+                )
+            except ApiException as e:
+                if e.status == 404 and removing_only:
+                    return
+                raise ClaimStatusError(f"GET {label}: HTTP {e.status} {e.reason or ''}".rstrip()) from e
+            except Exception as e:
+                raise ClaimStatusError(f"GET {label}: {type(e).__name__}: {e}") from e
+            meta = obj.get("metadata") or {}
+            if meta.get("uid") != claim.uid:
+                if removing_only:
+                    return
+                raise ClaimStatusError(f"{label}: replaced, the API server has uid {meta.get('uid')!r}")
+            status = obj.get("status") or {}
+            current = status.get("devices") or []
+            new = merge(
+                current, self.driver, updates, removals, rfc3339(self._clock()), meta.get("generation")
+            )
+            if _same(current, new):
+                return
+            body = copy.deepcopy(obj)
+            body.setdefault("status", {})
+            if new:
+                body["status"]["devices"] = new
+            else:
+                body["status"].pop("devices", None)
+            try:
+                self._api.replace_namespaced_custom_object_status(
+                    GROUP, VERSION, claim.namespace, PLURAL, claim.name, body, _request_timeout=self._timeout
+                )
+                self._log.info(
+                    f"wrote status.devices of {label}",
+                    claim_namespace=claim.namespace,
+                    claim_name=claim.name,
+                    claim_uid=claim.uid,
+                    devices=[u.device for u in updates],
+                    removed=[k[1] for k in removals],
+                )
+                return
+            except ApiException as e:
+                if e.status == 409:
+                    self._sleep(min(0.05 * 2**attempt, 1.0))
+                    continue  # someone wrote in between: read again
+                if e.status == 404 and removing_only:
+                    return
+                detail = (e.body or "")[:500] if isinstance(e.body, str) else ""
+                raise ClaimStatusError(
+                    f"update status of {label}: HTTP {e.status} {e.reason or ''} {detail}".strip()
+                ) from e
+            except Exception as e:
+                raise ClaimStatusError(f"update status of {label}: {type(e).__name__}: {e}") from e
+        raise ClaimStatusError(f"update status of {label}: still conflicting after {self._retries} attempts")
