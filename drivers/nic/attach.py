@@ -1,0 +1,170 @@
+"""Where an allocated interface is, and how it goes back to the host (unprepare).
+
+Prepare only writes down what the pod will get (`Attachment`, kept in the claim's checkpoint
+state); the move itself happens at container creation, by the hook or by the runtime (CDI
+netDevices). Unprepare must then find the interface wherever it is and put it back under its
+original name, and must be safe to repeat:
+
+1. on the host already (never moved, moved back, or a physical NIC the kernel returned when the
+   pod's namespace died, possibly renamed): found by PCI address, then MAC; renamed back;
+2. in the pinned namespace (the hook bind-mounted it, so it outlives the container): moved out
+   and renamed in one request;
+3. nowhere: a virtual interface whose namespace died unpinned is gone for good (veths die with
+   their namespace; nothing to give back). A physical one is in transit (namespace teardown is
+   asynchronous): unprepare fails and the kubelet retries, state kept, so it is never lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from topodra.common import logs
+from topodra.drivers.nic import iplink
+
+_log = logs.get("topodra.nic.attach")
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """One NIC of a prepared claim, as the checkpoint keeps it."""
+
+    device: str  # DRA device name
+    request: str
+    pool: str
+    host_name: str  # the interface's name on the host before prepare
+    container_name: str
+    mac: str | None
+    pci_address: str | None
+    virtual: bool
+    mode: str  # hook | cdi | none (admin access: nothing moved)
+    pin: str  # pinned-namespace file (may not exist)
+    share_id: str | None = None
+    ips: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ips"] = list(self.ips)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Attachment:
+        return cls(
+            device=str(data["device"]),
+            request=str(data.get("request", "")),
+            pool=str(data.get("pool", "")),
+            host_name=str(data["host_name"]),
+            container_name=str(data["container_name"]),
+            mac=data.get("mac"),
+            pci_address=data.get("pci_address"),
+            virtual=bool(data.get("virtual", False)),
+            mode=str(data.get("mode", "hook")),
+            pin=str(data["pin"]),
+            share_id=data.get("share_id"),
+            ips=tuple(data.get("ips") or ()),
+        )
+
+
+class ReleaseError(RuntimeError):
+    """The interface could not be given back yet; the claim stays prepared and is retried."""
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    place: str  # host | pinned | gone
+    name: str | None = None
+
+
+def _usable_mac(mac: str | None) -> str | None:
+    return mac if mac and mac != "00:00:00:00:00:00" else None
+
+
+def locate(att: Attachment, sysfs_root: str = "/") -> Where:
+    """Find the interface: host first (it may already be back), then the pin."""
+    mac = _usable_mac(att.mac)
+    if att.pci_address:
+        names = iplink.pci_netdevs(sysfs_root, att.pci_address)
+        if names:
+            host_links = iplink.links()
+            link = iplink.find(host_links, mac=mac) if mac else None
+            return Where("host", link.name if link is not None and link.name in names else names[0])
+    host_links = iplink.links()
+    link = iplink.find(host_links, mac=mac) if mac else iplink.find(host_links, name=att.host_name)
+    if link is not None:
+        return Where("host", link.name)
+    if iplink.is_pinned_netns(att.pin):
+        inside = iplink.links(att.pin)
+        link = iplink.find(inside, mac=mac) if mac else iplink.find(inside, name=att.container_name)
+        if link is not None:
+            return Where("pinned", link.name)
+    return Where("gone")
+
+
+def release(
+    att: Attachment,
+    sysfs_root: str = "/",
+    *,
+    settle: float = 5.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """Put the interface back on the host under `host_name`; return what was done.
+
+    Raises ReleaseError while a physical interface cannot be found (kept for a retry).
+    """
+    log = _log.bind(device=att.device, interface=att.host_name)
+    if att.mode == "none":
+        return "nothing was moved (admin access)"
+    deadline = time.monotonic() + settle
+    while True:
+        where = locate(att, sysfs_root)
+        if where.place != "gone" or att.virtual or time.monotonic() >= deadline:
+            break
+        sleep(0.2)  # a dying namespace hands physical devices back asynchronously
+    if where.place == "pinned" and where.name is not None:
+        if _name_taken(att.host_name, att.mac):
+            raise ReleaseError(
+                f"device {att.device}: cannot return {where.name} to the host as {att.host_name}: "
+                "that name is taken by another interface"
+            )
+        try:
+            iplink.move_to_host(where.name, att.pin, att.host_name)
+        except iplink.IpError as e:
+            raise ReleaseError(f"device {att.device}: cannot move {where.name} back to the host: {e}") from e
+        log.info(f"moved {where.name} back from the pod's namespace as {att.host_name}")
+        done = f"moved back from the pinned namespace as {att.host_name}"
+    elif where.place == "host" and where.name is not None:
+        if where.name != att.host_name:
+            if _name_taken(att.host_name, att.mac):
+                raise ReleaseError(
+                    f"device {att.device}: interface is on the host as {where.name} but {att.host_name} "
+                    "is taken by another interface"
+                )
+            try:
+                iplink.rename(where.name, att.host_name)
+            except iplink.IpError as e:
+                raise ReleaseError(f"device {att.device}: cannot rename {where.name} back: {e}") from e
+            log.info(f"renamed {where.name} back to {att.host_name}")
+            done = f"renamed {where.name} back to {att.host_name}"
+        else:
+            done = "already on the host"
+    elif att.virtual:
+        log.warning(f"virtual interface {att.host_name} is gone (its namespace died unpinned)")
+        done = "gone with the pod's namespace (virtual interface)"
+    else:
+        raise ReleaseError(
+            f"device {att.device}: interface {att.host_name} (pci {att.pci_address}, mac {att.mac}) is "
+            "neither on the host nor in the pinned namespace yet; will retry"
+        )
+    try:
+        iplink.unpin(att.pin)
+    except (OSError, iplink.IpError) as e:
+        # the interface is home; a stale pin only keeps an empty namespace alive
+        log.warning(f"cannot remove pin {att.pin}: {e}")
+    return done
+
+
+def _name_taken(name: str, mac: str | None) -> bool:
+    link = iplink.find(iplink.links(), name=name)
+    return link is not None and (mac is None or link.mac != mac.lower())

@@ -1,0 +1,333 @@
+"""NIC devices as published: a pure function of the topology, the uplink set and the selection.
+
+One device per PCI network function (base class 0x02, InfiniBand controllers 0x0c06, and any
+function with an RDMA device, which covers RDMA engines outside class 0x02 such as eRDMA),
+SR-IOV VFs as devices of their own that name their PF. A function is one device even when it has
+no netdev (a VF bound to vfio-pci is still a NIC a pod can take). Names come from the PCI address
+(`pci-0000-3b-00-0`), never from interface names, which udev or a pod may change.
+
+Virtual interfaces (veth, macvlan, ...) are published only on request (`--nic-include-virtual`),
+named `net-<ifname>`: they have no stabler id. Loopback never is.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from topodra.common.device import AttributeValue, Device
+from topodra.common.topology.model import NetInterface, PciFunction, RdmaDevice, Topology
+
+DRIVER = "nic.topodra.io"
+STD = "resource.kubernetes.io"
+TOPO = "topology.topodra.io"
+
+# The upstream pciBusID helper (GetPCIBusIDAttribute) accepts exactly this: lowercase, a 4-hex
+# domain, 2-hex bus and device, 1-hex function. Devices behind Intel VMD have 5-hex domains
+# (`10000:e1:00.0`); the helper rejects them, so a selector or matchAttribute written against
+# upstream drivers would never see such a value, and publishing it would make our devices
+# disagree with every other driver's idea of the attribute. They get no pciBusID; our own
+# `nic.topodra.io/pciAddress` still carries the address.
+_PCI_BUS_ID = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]\Z")
+_BDF = re.compile(r"[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
+_NETWORK_BASE = 0x02
+_INFINIBAND_CLASS = 0x0C06  # serial bus / InfiniBand (QLogic/Intel TrueScale and OmniPath HFIs)
+_IB_SUBCLASS = 0x0207
+_IPOIB_MAC_LEN = 59  # 20 bytes
+_MAX_STRING = 64
+_OPER_DOWN = frozenset({"down", "lowerlayerdown", "notpresent"})
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What the operator allows to be published."""
+
+    allow_uplink: bool = False
+    include_virtual: bool = False
+    include_interfaces: tuple[str, ...] = ()  # globs on interface names; empty: all
+    exclude_interfaces: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CharDevice:
+    """A character device the pod needs with the NIC (RDMA verbs)."""
+
+    path: str
+    major: int | None
+    minor: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Nic:
+    """One published NIC: its Device plus what prepare and health need that is not an attribute."""
+
+    device: Device
+    pci_address: str | None
+    interface: str | None  # netdev name in the host namespace now
+    mac: str | None
+    virtual: bool
+    operstate: str | None = None
+    carrier: bool | None = None
+    driver: str | None = None
+    rdma_device: str | None = None
+    char_devices: tuple[CharDevice, ...] = ()
+    other_interfaces: tuple[str, ...] = field(default=())  # further netdevs of the same function
+
+    @property
+    def name(self) -> str:
+        return self.device.name
+
+
+def device_name_for_pci(address: str) -> str:
+    """`0000:3b:00.0` -> `pci-0000-3b-00-0` (also for 5-hex VMD domains)."""
+    return "pci-" + re.sub(r"[:.]", "-", address.lower())
+
+
+def device_name_for_interface(ifname: str) -> str:
+    """`net-<ifname>` as a DNS label; names that need changing get a hash so two never collide."""
+    clean = re.sub(r"[^a-z0-9-]", "-", ifname.lower()).strip("-")
+    name = f"net-{clean}" if clean else "net"
+    if clean != ifname or len(name) > 63:
+        digest = hashlib.sha256(ifname.encode()).hexdigest()[:8]
+        name = f"{name[:54].rstrip('-')}-{digest}"
+    return name
+
+
+def is_network_function(topo: Topology, fn: PciFunction) -> bool:
+    if fn.class_code is not None and (
+        fn.base_class == _NETWORK_BASE or fn.class_code >> 8 == _INFINIBAND_CLASS
+    ):
+        return True
+    return bool(topo.rdma_of_pci(fn.address))
+
+
+def link_type(fn: PciFunction | None, iface: NetInterface | None) -> str:
+    if fn is not None and fn.class_code is not None:
+        sub = fn.class_code >> 8
+        if sub in (_IB_SUBCLASS, _INFINIBAND_CLASS):
+            return "infiniband"
+        if sub == 0x0200:
+            return "ethernet"
+    if iface is not None and iface.mac is not None:
+        return "infiniband" if len(iface.mac) == _IPOIB_MAC_LEN else "ethernet"
+    return "other"
+
+
+def _primary(interfaces: Sequence[NetInterface]) -> tuple[NetInterface | None, tuple[str, ...]]:
+    """The netdev that stands for a function: the lowest ifindex (an IPoIB child `ib0.8001`
+    or a second port is created after its parent), then the name."""
+    if not interfaces:
+        return None, ()
+    ordered = sorted(interfaces, key=lambda i: (i.ifindex if i.ifindex is not None else 1 << 30, i.name))
+    return ordered[0], tuple(i.name for i in ordered[1:])
+
+
+def _matches(name: str | None, globs: Iterable[str]) -> bool:
+    return name is not None and any(fnmatch.fnmatchcase(name, g) for g in globs)
+
+
+def _selected(names: Sequence[str], sel: Selection) -> bool:
+    """Interface filters; a function without netdevs passes include filters only when none are set."""
+    if any(_matches(n, sel.exclude_interfaces) for n in names):
+        return False
+    if sel.include_interfaces:
+        return any(_matches(n, sel.include_interfaces) for n in names)
+    return True
+
+
+def _put(attrs: dict[str, AttributeValue], key: str, value: AttributeValue | None) -> None:
+    """Set an attribute when known; a string over the API's 64 is left out, never cut (a cut
+    value would lie to selectors)."""
+    if value is None:
+        return
+    if isinstance(value, str) and (not value or len(value.encode()) > _MAX_STRING):
+        return
+    attrs[key] = value
+
+
+def _char_devices(fn: PciFunction | None, rdma: Sequence[RdmaDevice]) -> tuple[CharDevice, ...]:
+    """RDMA verbs nodes, and VFIO nodes of a function bound to vfio-pci (a VM in a pod)."""
+    out = []
+    for r in rdma:
+        for n in r.device_nodes:
+            if n.kind == "uverbs":
+                out.append(CharDevice(n.dev_path, n.major, n.minor))
+    if fn is not None:
+        for n in fn.device_nodes:
+            if n.kind.startswith("vfio"):
+                out.append(CharDevice(n.dev_path, n.major, n.minor))
+    return tuple(out)
+
+
+def _interface_attrs(attrs: dict[str, AttributeValue], iface: NetInterface | None) -> None:
+    if iface is None:
+        return
+    d = DRIVER
+    _put(attrs, f"{d}/interfaceName", iface.name)
+    _put(attrs, f"{d}/macAddress", iface.mac)
+    _put(attrs, f"{d}/mtu", iface.mtu)
+    _put(attrs, f"{d}/linkSpeedMbps", iface.speed_mbps)
+    _put(attrs, f"{d}/operState", iface.operstate)
+    _put(attrs, f"{d}/carrier", iface.carrier)
+
+
+def pci_nic(topo: Topology, fn: PciFunction, interfaces: Sequence[NetInterface]) -> Nic:
+    """The device for one PCI network function (pure)."""
+    d = DRIVER
+    attrs: dict[str, AttributeValue] = {}
+    if _PCI_BUS_ID.match(fn.address):
+        attrs[f"{STD}/pciBusID"] = fn.address
+    _put(attrs, f"{STD}/pcieRoot", fn.pcie_root)
+    if fn.numa_node is not None and fn.numa_node >= 0:
+        attrs[f"{STD}/numaNode"] = fn.numa_node
+    _put(attrs, f"{TOPO}/pcieSwitch", fn.pcie_switch)
+    pkg = topo.package_of_pci(fn.address)
+    if pkg is not None:
+        attrs[f"{TOPO}/socket"] = pkg.index
+    attrs[f"{d}/pciAddress"] = fn.address
+    primary, others = _primary(interfaces)
+    _interface_attrs(attrs, primary)
+    rdma = topo.rdma_of_pci(fn.address)
+    attrs[f"{d}/rdma"] = bool(rdma)
+    if rdma:
+        _put(attrs, f"{d}/rdmaDevice", rdma[0].name)
+    sriov = fn.sriov
+    is_vf = sriov is not None and sriov.physfn is not None
+    attrs[f"{d}/sriovVirtualFunction"] = is_vf
+    if sriov is not None and is_vf and sriov.physfn is not None:
+        attrs[f"{d}/sriovPhysicalFunction"] = sriov.physfn
+        pf = topo.pci(sriov.physfn)
+        if pf is not None and pf.sriov is not None and fn.address in pf.sriov.virtfns:
+            attrs[f"{d}/sriovVfIndex"] = pf.sriov.virtfns.index(fn.address)
+    elif sriov is not None:
+        _put(attrs, f"{d}/sriovTotalVfs", sriov.total_vfs)
+        _put(attrs, f"{d}/sriovNumVfs", sriov.num_vfs)
+    _put(attrs, f"{d}/vendorId", fn.vendor_hex)
+    _put(attrs, f"{d}/deviceId", fn.device_hex)
+    if fn.subsystem_vendor is not None:
+        attrs[f"{d}/subsystemVendorId"] = f"0x{fn.subsystem_vendor:04x}"
+    if fn.subsystem_device is not None:
+        attrs[f"{d}/subsystemDeviceId"] = f"0x{fn.subsystem_device:04x}"
+    _put(attrs, f"{d}/pciClass", fn.class_hex)
+    _put(attrs, f"{d}/kernelDriver", fn.driver)
+    attrs[f"{d}/linkType"] = link_type(fn, primary)
+    attrs[f"{d}/virtual"] = False
+    return Nic(
+        device=Device(device_name_for_pci(fn.address), attrs),
+        pci_address=fn.address,
+        interface=primary.name if primary else None,
+        mac=primary.mac if primary else None,
+        virtual=False,
+        operstate=primary.operstate if primary else None,
+        carrier=primary.carrier if primary else None,
+        driver=fn.driver,
+        rdma_device=rdma[0].name if rdma else None,
+        char_devices=_char_devices(fn, rdma),
+        other_interfaces=others,
+    )
+
+
+def orphan_nic(address: str, interfaces: Sequence[NetInterface]) -> Nic:
+    """An interface whose PCI function is missing from the tree (a capture that kept
+    class/net but not the bus entry): published with what the interface says."""
+    d = DRIVER
+    attrs: dict[str, AttributeValue] = {}
+    if _PCI_BUS_ID.match(address):
+        attrs[f"{STD}/pciBusID"] = address
+    attrs[f"{d}/pciAddress"] = address
+    primary, others = _primary(interfaces)
+    _interface_attrs(attrs, primary)
+    rdma = tuple(primary.rdma_devices) if primary else ()
+    attrs[f"{d}/rdma"] = bool(rdma)
+    if rdma:
+        _put(attrs, f"{d}/rdmaDevice", rdma[0])
+    attrs[f"{d}/linkType"] = link_type(None, primary)
+    attrs[f"{d}/virtual"] = False
+    return Nic(
+        device=Device(device_name_for_pci(address), attrs),
+        pci_address=address,
+        interface=primary.name if primary else None,
+        mac=primary.mac if primary else None,
+        virtual=False,
+        operstate=primary.operstate if primary else None,
+        carrier=primary.carrier if primary else None,
+        rdma_device=rdma[0] if rdma else None,
+        other_interfaces=others,
+    )
+
+
+def virtual_nic(iface: NetInterface) -> Nic:
+    d = DRIVER
+    attrs: dict[str, AttributeValue] = {}
+    _interface_attrs(attrs, iface)
+    attrs[f"{d}/rdma"] = False
+    attrs[f"{d}/linkType"] = link_type(None, iface)
+    attrs[f"{d}/virtual"] = True
+    return Nic(
+        device=Device(device_name_for_interface(iface.name), attrs),
+        pci_address=None,
+        interface=iface.name,
+        mac=iface.mac,
+        virtual=True,
+        operstate=iface.operstate,
+        carrier=iface.carrier,
+    )
+
+
+def build_nics(topo: Topology, uplinks: frozenset[str], sel: Selection = Selection()) -> list[Nic]:
+    """Every NIC to publish, sorted by device name (stable slices across rescans)."""
+    by_pci: dict[str, list[NetInterface]] = {}
+    for iface in topo.net_interfaces:
+        if iface.pci_address is not None and not iface.is_virtual:
+            by_pci.setdefault(iface.pci_address, []).append(iface)
+
+    def excluded(names: Sequence[str]) -> bool:
+        if not sel.allow_uplink and any(n in uplinks for n in names):
+            return True
+        return not _selected(names, sel)
+
+    out: list[Nic] = []
+    for fn in topo.pci_devices:
+        if not is_network_function(topo, fn):
+            continue
+        ifaces = by_pci.get(fn.address, [])
+        if excluded([i.name for i in ifaces]):
+            continue
+        out.append(pci_nic(topo, fn, ifaces))
+    known = {p.address for p in topo.pci_devices}
+    for address, ifaces in sorted(by_pci.items()):
+        if address in known or not _BDF.match(address):
+            continue
+        if excluded([i.name for i in ifaces]):
+            continue
+        out.append(orphan_nic(address, ifaces))
+    if sel.include_virtual:
+        for iface in topo.net_interfaces:
+            if not iface.is_virtual or iface.name == "lo" or excluded([iface.name]):
+                continue
+            out.append(virtual_nic(iface))
+    out.sort(key=lambda n: n.name)
+    seen: set[str] = set()
+    unique = []
+    for n in out:  # two interfaces whose cleaned names collide: the hash already differs, but be sure
+        if n.name not in seen:
+            seen.add(n.name)
+            unique.append(n)
+    return unique
+
+
+def build_devices(topo: Topology, uplinks: frozenset[str], sel: Selection = Selection()) -> list[Device]:
+    """The Devices alone, as `topodra slices` prints them."""
+    return [n.device for n in build_nics(topo, uplinks, sel)]
+
+
+def link_is_down(operstate: str | None, carrier: bool | None) -> str | None:
+    """Why a link counts as down, or None when it is up or unknown."""
+    if operstate in _OPER_DOWN:
+        return f"link {operstate}"
+    if carrier is False:
+        return "no carrier"
+    return None

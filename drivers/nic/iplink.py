@@ -1,0 +1,158 @@
+"""Network-namespace operations through iproute2 and nsenter (the only side effects on links).
+
+`ip` is what the hook uses on the host too, so the driver and the hook share one set of
+semantics (and the same error texts). A pinned namespace is a file bind-mounted over
+`/proc/<pid>/ns/net`; commands run inside it through `nsenter --net=<file>`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+IP = "ip"
+NSENTER = "nsenter"
+TIMEOUT = 15.0
+
+
+class IpError(RuntimeError):
+    """An `ip`/`nsenter` command failed; the message has the command and its stderr."""
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    name: str
+    ifindex: int
+    mac: str | None
+    operstate: str | None
+    flags: tuple[str, ...]
+    kind: str | None = None  # veth, bond, ... (None: a real device)
+
+    @property
+    def up(self) -> bool:
+        return "UP" in self.flags
+
+    @property
+    def carrier(self) -> bool:
+        return "LOWER_UP" in self.flags
+
+
+def _argv(args: Sequence[str], netns: str | None) -> list[str]:
+    base = [IP, *args]
+    return [NSENTER, f"--net={netns}", "--", *base] if netns else base
+
+
+def run(args: Sequence[str], netns: str | None = None) -> str:
+    argv = _argv(args, netns)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise IpError(f"{' '.join(argv)}: {e}") from e
+    if done.returncode != 0:
+        raise IpError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def links(netns: str | None = None) -> list[Link]:
+    out = run(["-d", "-j", "link", "show"], netns)
+    data = json.loads(out or "[]")
+    result = []
+    for e in data:
+        info = e.get("linkinfo") or {}
+        mac = e.get("address")
+        result.append(
+            Link(
+                name=e["ifname"],
+                ifindex=int(e["ifindex"]),
+                mac=mac.lower() if isinstance(mac, str) else None,
+                operstate=(e.get("operstate") or "").lower() or None,
+                flags=tuple(e.get("flags") or ()),
+                kind=info.get("info_kind"),
+            )
+        )
+    return result
+
+
+def find(all_links: Sequence[Link], *, mac: str | None = None, name: str | None = None) -> Link | None:
+    """By MAC when given (names change, MACs do not), else by name."""
+    if mac:
+        for link in all_links:
+            if link.mac == mac.lower():
+                return link
+        return None
+    for link in all_links:
+        if link.name == name:
+            return link
+    return None
+
+
+def pci_netdevs(sysfs_root: str, address: str) -> list[str]:
+    """Netdev names of a PCI function in *our* namespace (sysfs hides other namespaces')."""
+    try:
+        return sorted(os.listdir(os.path.join(sysfs_root, "sys/bus/pci/devices", address, "net")))
+    except OSError:
+        return []
+
+
+def rename(name: str, new_name: str, netns: str | None = None) -> None:
+    """A link must be down to be renamed; it is left down (prepare/unprepare decide about up)."""
+    if name == new_name:
+        return
+    run(["link", "set", "dev", name, "down"], netns)
+    run(["link", "set", "dev", name, "name", new_name], netns)
+
+
+def move_to_host(name: str, netns: str, host_name: str) -> None:
+    """Move `name` out of the pinned namespace into ours, renamed in the same netlink request
+    (so a pod-side name such as eth0 never clashes with a host interface)."""
+    run(["link", "set", "dev", name, "down"], netns)
+    run(["link", "set", "dev", name, "netns", str(os.getpid()), "name", host_name], netns)
+
+
+def move_into(name: str, target: str, new_name: str) -> None:
+    """Move a host link into a namespace (`target`: a pid, or a name under /run/netns)."""
+    run(["link", "set", "dev", name, "netns", target, "name", new_name])
+
+
+def set_up(name: str, netns: str | None = None) -> None:
+    run(["link", "set", "dev", name, "up"], netns)
+
+
+def addresses(name: str, netns: str | None = None) -> list[str]:
+    """Global and link-local addresses of a link as CIDR strings."""
+    out = run(["-j", "addr", "show", "dev", name], netns)
+    data = json.loads(out or "[]")
+    result = []
+    for e in data:
+        for a in e.get("addr_info") or ():
+            if "local" in a and "prefixlen" in a:
+                result.append(f"{a['local']}/{a['prefixlen']}")
+    return result
+
+
+def is_pinned_netns(path: str) -> bool:
+    """True when `path` is a bind mount of a network namespace (an nsfs inode), without forking.
+
+    A pin that was never mounted (the hook did not run) or was unmounted is a plain file on the
+    state folder's filesystem, which has a different device number.
+    """
+    try:
+        st = os.stat(path)
+        ours = os.stat("/proc/self/ns/net")
+    except OSError:
+        return False
+    return st.st_dev == ours.st_dev
+
+
+def unpin(path: str) -> None:
+    """Unmount and remove a pin; absent or unmounted pins are fine."""
+    if is_pinned_netns(path):
+        done = subprocess.run(["umount", path], capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        if done.returncode != 0 and is_pinned_netns(path):
+            raise IpError(f"umount {path}: {done.stderr.strip()}")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

@@ -1,0 +1,159 @@
+"""Fixtures for the NIC driver: synthetic machines, and real veth pairs / network namespaces.
+
+Everything the netns fixtures create is named `tdn<hex>...` (≤15 bytes) and removed again even
+when the test fails. No test sends traffic: links in test namespaces stay without carrier or
+are only brought up towards a peer that is down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from topodra.common.synth import build, load_spec, shipped_spec_names
+
+from tests.conftest import skip_or_fail
+
+SYNTH_NAMES = shipped_spec_names()
+
+
+@dataclass(frozen=True)
+class SynthTree:
+    name: str
+    root: Path
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.root / "synth-manifest.json").read_text())
+        return data
+
+
+@pytest.fixture(scope="session")
+def synth_machine(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], SynthTree]:
+    """Builds a shipped synthetic machine once per session (the 300-VF one takes ~15 s)."""
+    cache: dict[str, SynthTree] = {}
+
+    def get(name: str) -> SynthTree:
+        if name not in cache:
+            root = tmp_path_factory.mktemp(f"nic-synth-{name}")
+            build(load_spec(name), root, force=True)
+            cache[name] = SynthTree(name, root)
+        return cache[name]
+
+    return get
+
+
+# --- real links ---------------------------------------------------------------------------------
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=15)
+
+
+def netns_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "network namespace tests need root"
+    if shutil.which("ip") is None or shutil.which("nsenter") is None:
+        return "iproute2 and nsenter are needed"
+    probe = f"tdn{uuid.uuid4().hex[:6]}p"
+    out = _ip("link", "add", probe, "type", "veth", "peer", "name", probe + "q", check=False)
+    if out.returncode != 0:
+        return f"cannot create veth pairs here: {out.stderr.strip()}"
+    _ip("link", "del", probe, check=False)
+    return None
+
+
+@dataclass
+class Links:
+    """Creates veth pairs and namespaces for one test and removes every one of them."""
+
+    tag: str
+    namespaces: list[str]
+    links: list[str]
+    mounts: list[str]
+
+    def name(self, suffix: str) -> str:
+        n = f"tdn{self.tag}{suffix}"
+        assert len(n) <= 15, n
+        return n
+
+    def netns(self, suffix: str = "n") -> str:
+        ns = self.name(suffix)
+        _ip("netns", "add", ns)
+        self.namespaces.append(ns)
+        return ns
+
+    def veth(self, host: str, peer: str, peer_netns: str | None = None) -> str:
+        """A veth pair; `peer` goes into `peer_netns` when given. Returns the host end's MAC."""
+        _ip("link", "add", host, "type", "veth", "peer", "name", peer)
+        self.links.append(host)
+        if peer_netns:
+            _ip("link", "set", peer, "netns", peer_netns)
+        return Path(f"/sys/class/net/{host}/address").read_text().strip()
+
+    def track_mount(self, path: str) -> None:
+        self.mounts.append(path)
+
+    def cleanup(self) -> None:
+        for m in self.mounts:
+            subprocess.run(["umount", m], capture_output=True, check=False)
+        # a link may have been renamed by the code under test: find ours by prefix
+        out = _ip("-j", "link", "show", check=False)
+        for e in json.loads(out.stdout or "[]"):
+            if str(e.get("ifname", "")).startswith(f"tdn{self.tag}"):
+                _ip("link", "del", e["ifname"], check=False)
+        for ns in self.namespaces:
+            _ip("netns", "del", ns, check=False)
+
+
+@pytest.fixture
+def links() -> Iterator[Links]:
+    reason = netns_unavailable()
+    if reason:
+        skip_or_fail(reason)
+    made = Links(uuid.uuid4().hex[:5], [], [], [])
+    try:
+        yield made
+    finally:
+        made.cleanup()
+
+
+def host_link(name: str) -> dict[str, Any] | None:
+    out = _ip("-j", "link", "show", "dev", name, check=False)
+    if out.returncode != 0:
+        return None
+    data: list[dict[str, Any]] = json.loads(out.stdout)
+    return data[0] if data else None
+
+
+def netns_links(ns: str) -> dict[str, dict[str, Any]]:
+    out = _ip("-n", ns, "-j", "link", "show")
+    return {e["ifname"]: e for e in json.loads(out.stdout)}
+
+
+@contextlib.contextmanager
+def process_in(ns: str) -> Iterator[int]:
+    """A sleeping process inside `ns` (stands in for a container's init) -> its pid."""
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "600"])
+    try:
+        # `ip netns exec` execs sleep in place once it has joined the namespace
+        for _ in range(100):
+            try:
+                if os.stat(f"/proc/{proc.pid}/ns/net").st_ino == os.stat(f"/run/netns/{ns}").st_ino:
+                    break
+            except OSError:
+                pass
+            subprocess.run(["sleep", "0.02"], check=False)
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()

@@ -1,0 +1,275 @@
+"""Slices for every captured machine and every synthetic machine are valid and true.
+
+Valid: the publisher's validation drops nothing and `kubernetes-validate --strict` accepts each
+ResourceSlice (1.34 and 1.37 schemas). True: every network function of the tree is present
+(and the uplink absent), and attribute values equal what the tree says, checked against the
+fixture's expected.json / the synthetic manifest and against sysfs files read here directly,
+not only against our own discovery.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from topodra.common.publisher.build import build_desired
+from topodra.common.topology import discover
+from topodra.drivers.nic.devices import DRIVER, Nic, Selection, build_nics, device_name_for_pci
+from topodra.drivers.nic.uplink import find_uplinks
+
+from tests.conftest import FixtureTrees, fixture_names
+from tests.drivers.nic.conftest import SYNTH_NAMES, SynthTree
+
+STD = "resource.kubernetes.io"
+PCI_BUS_ID = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]\Z")
+SCHEMAS = ("1.34.0", "1.37.0")
+NODE = "node-a"
+
+
+def nics_of(root: Path) -> list[Nic]:
+    topo = discover(root)
+    nics: list[Nic] = build_nics(topo, find_uplinks(str(root)), Selection())
+    return nics
+
+
+def assert_valid(nics: list[Nic]) -> None:
+    desired = build_desired(DRIVER, NODE, None, [n.device for n in nics])
+    assert desired.problems == (), [str(p) for p in desired.problems]
+    assert len(desired.devices) == len(nics)
+    for obj in desired.slices:
+        body = json.loads(json.dumps(obj))
+        body["metadata"]["name"] = body["metadata"]["generateName"] + "abcde"
+        for version in SCHEMAS:
+            kubernetes_validate.validate(body, version, strict=True)
+    for n in nics:
+        assert len(n.device.attributes) + len(n.device.capacity) <= 32
+        for v in n.device.attributes.values():
+            if isinstance(v, str):
+                assert len(v.encode()) <= 64
+
+
+def sysfs_text(root: Path, rel: str) -> str | None:
+    try:
+        return (root / rel).read_bytes().decode().rstrip("\x00 \n")
+    except OSError:
+        return None
+
+
+def upstream_pcie_root(root: Path, bdf: str) -> str | None:
+    """facts §6.2, written again here: readlink the bus entry, first component under devices/."""
+    if not PCI_BUS_ID.match(bdf):
+        return None
+    link = root / "sys/bus/pci/devices" / bdf
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return None  # a plain folder (some captures): the model locates it by searching
+    path = os.path.normpath(os.path.join("sys/bus/pci/devices", target)).lstrip("/")
+    parts = path.split("/")
+    if len(parts) < 3 or parts[0] != "sys" or parts[1] != "devices" or not parts[2].startswith("pci"):
+        return None
+    return parts[2]
+
+
+def socket_index(expected: dict[str, Any], numa: int | None, local_cpus: list[int]) -> int | None:
+    """Socket as an index over packages ordered by lowest CPU, from expected.json's own lists."""
+    packages = sorted((p for p in expected["packages"] if p["cpus"]), key=lambda p: min(p["cpus"]))
+    cpus: list[int] = []
+    if numa is not None:
+        cpus = next((n["cpus"] for n in expected.get("numa", []) if n["id"] == numa), [])
+    for candidate in (cpus, local_cpus):
+        if not candidate:
+            continue
+        holders = [i for i, p in enumerate(packages) if set(candidate) <= set(p["cpus"])]
+        if len(holders) == 1:
+            return holders[0]
+    return None
+
+
+def check_interface_attrs(root: Path, nic: Nic, name: str) -> None:
+    attrs = nic.device.attributes
+    assert attrs[f"{DRIVER}/interfaceName"] == name
+    mac = sysfs_text(root, f"sys/class/net/{name}/address")
+    if mac and re.fullmatch(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2})+", mac):
+        assert attrs[f"{DRIVER}/macAddress"] == mac.lower()
+    mtu = sysfs_text(root, f"sys/class/net/{name}/mtu")
+    if mtu and mtu.isdigit():
+        assert attrs[f"{DRIVER}/mtu"] == int(mtu)
+    oper = sysfs_text(root, f"sys/class/net/{name}/operstate")
+    if oper:
+        assert attrs[f"{DRIVER}/operState"] == oper
+
+
+# --- captured machines --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", fixture_names())
+def test_captured_machine_slices_are_valid_and_true(fixture_trees: FixtureTrees, name: str) -> None:
+    root = fixture_trees.root(name)
+    expected = json.loads(fixture_trees.expected(name).read_text())
+    nics = nics_of(root)
+    assert_valid(nics)
+    by_name = {n.name: n for n in nics}
+    # the captures carry no proc/net/route: no uplink is known, so every function is published
+    assert find_uplinks(str(root)) == frozenset()
+
+    network = [p for p in expected["pci"] if p["class"].startswith("02") or p["class"] == "0c06"]
+    for p in network:
+        nic = by_name.get(device_name_for_pci(p["bdf"]))
+        assert nic is not None, f"network function {p['bdf']} (class {p['class']}) is not published"
+        attrs = nic.device.attributes
+        assert attrs[f"{DRIVER}/pciAddress"] == p["bdf"]
+        assert attrs.get(f"{STD}/pciBusID") == (p["bdf"] if PCI_BUS_ID.match(p["bdf"]) else None)
+        assert attrs[f"{DRIVER}/vendorId"] == f"0x{p['vendor']}"
+        assert attrs[f"{DRIVER}/deviceId"] == f"0x{p['device']}"
+        assert str(attrs[f"{DRIVER}/pciClass"]).startswith(f"0x{p['class']}")
+        assert attrs.get(f"{STD}/numaNode") == p["numa"]  # null (-1) means absent, never -1
+        want_root = upstream_pcie_root(root, p["bdf"])
+        if want_root is not None:
+            assert attrs[f"{STD}/pcieRoot"] == want_root
+            if want_root == p["root"]:  # no nested domain (VMD): the innermost root is the same
+                assert attrs[f"{STD}/pcieRoot"] == p["root"]
+        switch = p["bridges"][1] if len(p["bridges"]) >= 3 else None
+        assert attrs.get("topology.topodra.io/pcieSwitch") == switch
+        assert attrs.get("topology.topodra.io/socket") == socket_index(expected, p["numa"], p["local_cpus"])
+
+    # every interface the tree puts on a network function is the one we publish for it
+    net_pci = {p["bdf"] for p in network}
+    for iface in expected.get("net", []):
+        if iface["pci"] is None:
+            continue
+        nic = by_name.get(device_name_for_pci(iface["pci"]))
+        if iface["pci"] in net_pci or iface["pci"] not in {p["bdf"] for p in expected["pci"]}:
+            assert nic is not None, f"interface {iface['name']} ({iface['pci']}) is not published"
+            names = [nic.interface, *nic.other_interfaces]
+            assert iface["name"] in names
+            if nic.interface == iface["name"]:
+                check_interface_attrs(root, nic, iface["name"])
+    # nothing else: each device is a network function of the tree (or an interface's function)
+    allowed = {device_name_for_pci(b) for b in net_pci} | {
+        device_name_for_pci(i["pci"]) for i in expected.get("net", []) if i["pci"]
+    }
+    assert set(by_name) <= allowed
+
+
+def test_infiniband_controller_outside_class_02_is_published_with_rdma(fixture_trees: FixtureTrees) -> None:
+    """QLogic TrueScale (class 0c06) with ib0 and qib0: a NIC although not class 0x02."""
+    name = "hwloc--40intel64-2g2n4c+pcilocality"
+    if name not in fixture_names():
+        pytest.skip(f"{name} is not among the fixtures")
+    nics = {n.name: n for n in nics_of(fixture_trees.root(name))}
+    ib = nics["pci-0000-43-00-0"].device.attributes
+    assert ib[f"{DRIVER}/interfaceName"] == "ib0"
+    assert ib[f"{DRIVER}/rdma"] is True
+    assert ib[f"{DRIVER}/rdmaDevice"] == "qib0"
+    assert ib[f"{DRIVER}/linkType"] == "infiniband"
+    assert ib[f"{STD}/numaNode"] == 2
+
+
+# --- synthetic machines -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SYNTH_NAMES)
+def test_synthetic_machine_slices_are_valid_and_true(
+    synth_machine: Callable[[str], SynthTree], name: str
+) -> None:
+    tree = synth_machine(name)
+    m = tree.manifest
+    nics = nics_of(tree.root)
+    assert_valid(nics)
+    by_name = {n.name: n for n in nics}
+    uplink = m["uplink"]
+    uplink_pci = {n["pci"] for n in m["net"] if n["uplink"]}
+    net_by_name = {n["name"]: n for n in m["net"]}
+    socket_of_node = {n["id"]: n["package"] for n in m["numa"]}
+    packages = sorted((p for p in m["packages"] if p["cpus"]), key=lambda p: min(p["cpus"]))
+    index_of_package = {p["id"]: i for i, p in enumerate(packages)}
+
+    functions = [p for p in m["pci"] if p["kind"] == "nic" and p["role"] in ("endpoint", "vf")]
+    assert functions, "every shipped spec has NICs"
+    for p in functions:
+        dev = device_name_for_pci(p["bdf"])
+        if p["bdf"] in uplink_pci:
+            assert dev not in by_name, f"uplink {uplink} ({p['bdf']}) must not be published"
+            continue
+        nic = by_name.get(dev)
+        assert nic is not None, f"{p['bdf']} ({p['role']}) is not published"
+        a = nic.device.attributes
+        assert a[f"{STD}/pciBusID"] == p["bdf"]
+        assert a[f"{STD}/pcieRoot"] == p["root"]
+        assert a.get(f"{STD}/numaNode") == p["numa"]
+        assert a.get("topology.topodra.io/pcieSwitch") == p["pcie_switch"]
+        if p["numa"] is not None:
+            assert a["topology.topodra.io/socket"] == index_of_package[socket_of_node[p["numa"]]]
+        assert a[f"{DRIVER}/vendorId"] == f"0x{p['vendor']}"
+        assert a[f"{DRIVER}/deviceId"] == f"0x{p['device']}"
+        assert a[f"{DRIVER}/kernelDriver"] == p["driver"]
+        assert a[f"{DRIVER}/rdma"] is (p["rdma"] is not None)
+        if p["rdma"]:
+            assert a[f"{DRIVER}/rdmaDevice"] == p["rdma"]
+            uverbs = next(r["uverbs"] for r in m["rdma"] if r["name"] == p["rdma"])
+            assert [c.path for c in nic.char_devices] == [f"/dev/infiniband/{uverbs}"]
+        if p["role"] == "vf":
+            assert a[f"{DRIVER}/sriovVirtualFunction"] is True
+            assert a[f"{DRIVER}/sriovPhysicalFunction"] == p["physfn"]
+            pf = next(q for q in m["pci"] if q["bdf"] == p["physfn"])
+            assert a[f"{DRIVER}/sriovVfIndex"] == pf["virtfns"].index(p["bdf"])
+        else:
+            assert a[f"{DRIVER}/sriovVirtualFunction"] is False
+            assert a.get(f"{DRIVER}/sriovTotalVfs") == p["sriov_totalvfs"]
+        if p["netdevs"]:
+            iface = net_by_name[p["netdevs"][0]]
+            assert a[f"{DRIVER}/interfaceName"] == iface["name"]
+            assert a[f"{DRIVER}/macAddress"] == iface["mac"]
+            assert a[f"{DRIVER}/mtu"] == iface["mtu"]
+            assert a.get(f"{DRIVER}/linkSpeedMbps") == iface["speed_mbps"]
+            assert a[f"{DRIVER}/operState"] == iface["operstate"]
+            check_interface_attrs(tree.root, nic, iface["name"])
+        else:
+            assert f"{DRIVER}/interfaceName" not in a
+    published = {device_name_for_pci(p["bdf"]) for p in functions if p["bdf"] not in uplink_pci}
+    assert set(by_name) == published
+
+
+def test_uplink_is_published_only_when_allowed(synth_machine: Callable[[str], SynthTree]) -> None:
+    tree = synth_machine("1s-4acc")
+    m = tree.manifest
+    up = next(n for n in m["net"] if n["uplink"])
+    topo = discover(tree.root)
+    uplinks = find_uplinks(str(tree.root))
+    assert up["name"] in uplinks
+    names = {n.name for n in build_nics(topo, uplinks, Selection())}
+    allowed = {n.name for n in build_nics(topo, uplinks, Selection(allow_uplink=True))}
+    assert device_name_for_pci(up["pci"]) not in names
+    assert allowed - names == {device_name_for_pci(up["pci"])}
+
+
+def test_interface_filters(synth_machine: Callable[[str], SynthTree]) -> None:
+    tree = synth_machine("2s-snc2")
+    topo = discover(tree.root)
+    up = find_uplinks(str(tree.root))
+    everything = build_nics(topo, up, Selection())
+    ib_only = build_nics(topo, up, Selection(include_interfaces=("ib*",)))
+    assert ib_only and all(str(n.interface).startswith("ib") for n in ib_only)
+    assert len(ib_only) < len(everything)
+    no_vfs = build_nics(topo, up, Selection(exclude_interfaces=("*v[0-9]*",)))
+    assert all(n.device.attributes[f"{DRIVER}/sriovVirtualFunction"] is False for n in no_vfs if n.interface)
+
+
+def test_running_machine_never_publishes_its_uplink() -> None:
+    """This machine's own default-route interface (when it has one) is not a device."""
+    routes = Path("/proc/net/route")
+    if not routes.exists():
+        pytest.skip("no /proc/net/route")
+    holders = {
+        line.split()[0] for line in routes.read_text().splitlines()[1:] if line.split()[1:2] == ["00000000"]
+    }
+    nics = build_nics(discover("/"), find_uplinks("/"), Selection(include_virtual=True))
+    for n in nics:
+        assert n.interface not in holders
