@@ -130,7 +130,7 @@ def slice_object(
     }
 
 
-def with_pool(spec: dict[str, Any], generation: int, num_slices: int) -> dict[str, Any]:
+def with_pool(spec: Mapping[str, Any], generation: int, num_slices: int) -> dict[str, Any]:
     pool = {**spec["pool"], "generation": generation, "resourceSliceCount": num_slices}
     return {**spec, "pool": pool}
 

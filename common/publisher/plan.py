@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topodra.common.publisher.build import decode_index, owner_reference, slice_object, with_pool
-from topodra.common.publisher.compare import adopt_server_fields, same_spec, strip_features
+from topodra.common.publisher.compare import (
+    LIST_ATTRIBUTES,
+    adopt_server_fields,
+    dropped_features,
+    same_spec,
+    strip_features,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +76,10 @@ def plan_sync(
 ) -> SyncPlan:
     """Decide the writes that make the stored slices equal the desired ones (none if equal)."""
     off = set(disabled_features)
-    desired = [strip_features(spec, off) for spec in desired_specs]
+    # Compared as the server will store them; sent in full, so that a gate switched on since is
+    # picked up at the next real change, except list attributes, whose loss fails the write.
+    expected = [strip_features(spec, off) for spec in desired_specs]
+    desired = [strip_features(spec, off & {LIST_ATTRIBUTES}) for spec in desired_specs]
     count = len(desired)
     deletes: list[Delete] = []
     in_pool: list[Mapping[str, Any]] = []
@@ -97,7 +106,7 @@ def plan_sync(
             candidates.setdefault(index, []).append(obj)
 
     def matches(index: int, obj: Mapping[str, Any], generation: int) -> bool:
-        want = with_pool(desired[index], generation, count)
+        want = with_pool(expected[index], generation, count)
         stored = obj.get("spec") or {}
         return same_spec(adopt_server_fields(want, stored), stored) and _has_owner(obj, node_name, node_uid)
 
@@ -141,3 +150,30 @@ def _update(obj: Mapping[str, Any], spec: Mapping[str, Any], node_name: str, nod
         refs = [r for r in meta.get("ownerReferences") or [] if not r.get("controller")]
         meta["ownerReferences"] = [*refs, owner_reference(node_name, node_uid)]
     return out
+
+
+def infer_dropped(
+    desired_specs: Sequence[Mapping[str, Any]],
+    existing: Iterable[Mapping[str, Any]],
+    *,
+    driver_name: str,
+    node_name: str,
+) -> set[str]:
+    """Features a previous instance of ours found off, read from the slices it left.
+
+    A stored slice that equals the desired one except for exactly the fields of some features
+    was written by us to a server that dropped them: expecting that avoids one probing write per
+    slice at every restart. Used only when adopting at start-up; later differences are repaired.
+    """
+    features: set[str] = set()
+    count = len(desired_specs)
+    for obj in existing:
+        spec = obj.get("spec") or {}
+        index = decode_index(str(_meta(obj).get("name", "")), driver_name, node_name)
+        if spec.get("driver") != driver_name or index is None or index >= count:
+            continue
+        want = with_pool(desired_specs[index], generation_of(obj), count)
+        dropped = dropped_features(want, spec)
+        if dropped and same_spec(adopt_server_fields(strip_features(want, dropped), spec), spec):
+            features |= dropped
+    return features

@@ -30,7 +30,7 @@ from topodra.common.publisher import compare
 from topodra.common.publisher.api import ApiError, KubeSliceApi, SliceApi, WatchStream
 from topodra.common.publisher.backoff import Backoff
 from topodra.common.publisher.build import merge_retained, slice_specs
-from topodra.common.publisher.plan import SyncPlan, plan_sync
+from topodra.common.publisher.plan import SyncPlan, infer_dropped, plan_sync
 from topodra.common.publisher.validation import DEFAULT_LIMITS, Limits, Problem, validate
 from topodra.common.runtime import metrics
 
@@ -110,6 +110,7 @@ class SlicePublisher:
         self._not_before = 0.0
         self._synced = False
         self._disabled: set[str] = set()
+        self._adopted = False  # stored slices inspected for dropped features (first sync)
         self._last_error: str | None = None
         self._last_success: float | None = None
         self._generation = 0
@@ -258,6 +259,14 @@ class SlicePublisher:
             with self._cond:
                 self._merge_list(items, version)
                 self._need_relist = False
+        if not self._adopted:
+            with self._cond:
+                existing = list(self._cache.values())
+            found = infer_dropped(specs, existing, driver_name=self.driver_name, node_name=self.node_name)
+            with self._cond:
+                if found - self._disabled:
+                    self._feature_off(found - self._disabled, "stored slices")
+                self._adopted = True
         for _ in range(5):  # a pass writes; the next must find nothing left to do
             with self._cond:
                 specs = self._specs
