@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 
@@ -304,3 +305,34 @@ def test_concurrent_calls_never_double_allocate(
     assert len(winners) == 1
     assert driver.holdings() == {"dev-0": winners[0].uid}
     assert driver.violations() == []
+
+
+def test_one_call_writes_the_checkpoint_once_per_phase(
+    make_manager: ManagerFactory,
+    claim_store: MemoryClaimStore,
+    driver: HoldDriver,
+    dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Group commit: a call with many claims costs two checkpoint writes, not two per claim,
+    and a claim the driver fails is rolled back without touching the others."""
+    refs = [put(claim_store, f"c{i}", Result("r", f"dev-{i}")) for i in range(5)]
+    refs.append(put(claim_store, "bad", Result("r", "dev-5"), config=[driver_config(fail=True)]))
+    m = make_manager(driver)
+    ckpt = str(dirs["state"] / f"{DRIVER}.checkpoint.json")
+    writes: list[str] = []
+    real = os.replace
+
+    def counting(src: str, dst: str) -> None:
+        writes.append(str(dst))
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", counting)
+    out = m.prepare(refs)
+    assert [bool(out[r.uid].error) for r in refs] == [False] * 5 + [True]
+    assert writes.count(ckpt) == 2
+    assert driver.holdings() == {f"dev-{i}": refs[i].uid for i in range(5)}
+    writes.clear()
+    assert m.unprepare(refs) == {r.uid: "" for r in refs}
+    assert writes.count(ckpt) == 2
+    assert driver.holdings() == {}
