@@ -282,11 +282,16 @@ def _read_caches(
     r: SysfsReader, order: list[int], usable: frozenset[int], core_cpus: dict[int, tuple[int, ...]]
 ) -> tuple[Cache, ...]:
     seen_index: set[tuple[str, frozenset[int]]] = set()
+    # CPUs already described by a cache read through the same indexN of an earlier CPU: their own
+    # indexN is that cache (the kernel builds both maps from one cache leaf), so it is not re-read.
+    covered: dict[str, set[int]] = {}
     seen: dict[tuple[int, str, tuple[int, ...]], Cache] = {}
     for n in order:
         base = f"{CPU_DIR}/cpu{n}/cache"
         names = sorted((int(m.group(1)), e.name) for e in r.scandir(base) if (m := _INDEX_NAME.match(e.name)))
         for _, name in names:
+            if n in covered.get(name, ()):
+                continue
             d = f"{base}/{name}"
             mask = _first_cpus(r, d, ("shared_cpu_map", "shared_cpu_list"))
             if mask is None:
@@ -296,6 +301,7 @@ def _read_caches(
                 # Empty shared_cpu_map (ia64, some VMs): the cache belongs to the core (hwloc rule).
                 cpus = frozenset(core_cpus.get(n, (n,)))
             cpus = cpus | {n}
+            covered.setdefault(name, set()).update(cpus)
             key = (name, cpus)
             if key in seen_index:
                 continue  # the same cache, already read through a sibling
