@@ -47,7 +47,8 @@ class SysfsReader:
         except the errno values in `quiet_errors` (e.g. EINVAL from `speed` of a down link).
         """
         try:
-            fd = os.open(self._prefix + rel, os.O_RDONLY)
+            # O_NONBLOCK: a FIFO planted in a captured tree must not hang discovery
+            fd = os.open(self._prefix + rel, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as e:
             if e.errno not in (errno.ENOENT, errno.ENOTDIR) and e.errno not in quiet_errors:
                 self.warn(rel, f"unreadable: {e.strerror}")

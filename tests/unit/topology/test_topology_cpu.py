@@ -297,3 +297,15 @@ def test_wide_masks(tmp_path: Path) -> None:
 def test_not_a_sysfs_tree(tmp_path: Path) -> None:
     with pytest.raises(NotASysfsTree, match="no sys/devices/system/cpu"):
         discover(tmp_path)
+
+
+def test_a_fifo_where_a_file_should_be_does_not_hang(tmp_path: Path) -> None:
+    import os
+
+    basic_machine(tmp_path, cpus=2)
+    fifo = tmp_path / CPU / "cpu1/topology/core_id"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    t = discover(tmp_path)
+    assert cpu(t, 1).core_id is None
+    assert t.packages[0].cpus == (0, 1)
