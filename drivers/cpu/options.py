@@ -1,0 +1,99 @@
+"""The CPU driver's settings, parsed once from its command-line flags.
+
+Flags carry the `--cpu-` prefix so `serve all` can add every driver's flags to one parser; the
+dataclass is what the pure functions take, so tests build it directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from topodra.common.topology.parse import parse_cpulist
+
+GRANULARITIES = ("numa", "core")
+DEFAULT_HOOK_DIR = Path("/opt/topodra/hooks")
+PINNING_MODES = ("hook", "none")
+MEMORY_MODES = ("auto", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class CpuOptions:
+    granularity: str = "numa"  # numa: one multi-allocatable device per NUMA node; core: one per core
+    reserved: frozenset[int] = frozenset()  # never published, never handed out
+    list_attributes: bool = False  # numaNode/pcieRoot/l3 as lists (DRAListTypeAttributes)
+    hook_dir: Path = DEFAULT_HOOK_DIR  # host folder holding hooks/cpuset.sh
+    pinning: str = "hook"  # hook: CDI createRuntime hook writes the cpuset; none: env only
+    pin_memory: str = "auto"  # auto: cpuset.mems = the CPUs' nodes when they all have memory
+
+    def __post_init__(self) -> None:
+        if self.granularity not in GRANULARITIES:
+            raise ValueError(f"--cpu-device-granularity must be one of {', '.join(GRANULARITIES)}")
+        if self.pinning not in PINNING_MODES:
+            raise ValueError(f"--cpu-pinning must be one of {', '.join(PINNING_MODES)}")
+        if self.pin_memory not in MEMORY_MODES:
+            raise ValueError(f"--cpu-pin-memory must be one of {', '.join(MEMORY_MODES)}")
+        if not self.hook_dir.is_absolute():
+            raise ValueError(f"--cpu-hook-dir must be an absolute path (CDI hooks need one): {self.hook_dir}")
+
+
+def cpu_list(text: str) -> frozenset[int]:
+    """argparse type for kernel CPU lists ('0-1,8')."""
+    cpus = parse_cpulist(text)
+    if cpus is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a CPU list such as '0-1,8'")
+    return cpus
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("cpu driver (cpu.topodra.io)")
+    group.add_argument(
+        "--cpu-device-granularity",
+        choices=GRANULARITIES,
+        default="numa",
+        help="numa: one device per NUMA node (per socket without NUMA) with consumable CPU capacity; "
+        "core: one device per physical core (for clusters without DRAConsumableCapacity)",
+    )
+    group.add_argument(
+        "--cpu-reserved-cpus",
+        type=cpu_list,
+        default=frozenset(),
+        metavar="LIST",
+        help="CPUs kept for the system, never published or handed out (e.g. 0-1)",
+    )
+    group.add_argument(
+        "--cpu-list-attributes",
+        action="store_true",
+        help="publish numaNode, pcieRoot and L3 ids as lists (needs DRAListTypeAttributes)",
+    )
+    group.add_argument(
+        "--cpu-hook-dir",
+        type=Path,
+        default=DEFAULT_HOOK_DIR,
+        help="host folder with the topodra hooks (cpuset.sh); default %(default)s",
+    )
+    group.add_argument(
+        "--cpu-pinning",
+        choices=PINNING_MODES,
+        default="hook",
+        help="hook: pin containers with a CDI createRuntime hook; none: only pass TOPODRA_CPUS_* env",
+    )
+    group.add_argument(
+        "--cpu-pin-memory",
+        choices=MEMORY_MODES,
+        default="auto",
+        help="auto: also restrict cpuset.mems to the CPUs' NUMA nodes when they all have memory",
+    )
+
+
+def from_args(args: argparse.Namespace) -> CpuOptions:
+    """Options from a parsed namespace; flags that a caller did not add take their defaults."""
+    return CpuOptions(
+        granularity=getattr(args, "cpu_device_granularity", "numa"),
+        reserved=frozenset(getattr(args, "cpu_reserved_cpus", frozenset()) or frozenset()),
+        list_attributes=bool(getattr(args, "cpu_list_attributes", False)),
+        hook_dir=Path(getattr(args, "cpu_hook_dir", DEFAULT_HOOK_DIR)),
+        pinning=getattr(args, "cpu_pinning", "hook"),
+        pin_memory=getattr(args, "cpu_pin_memory", "auto"),
+    )
