@@ -1,0 +1,242 @@
+"""Moving real interfaces between network namespaces and back (veth pairs, `ip netns add`).
+
+The hook script is run exactly as a runtime runs it (state JSON on stdin, argv from the CDI
+spec); a sleeping process in a test namespace stands in for the container's init. The peer
+end of every veth lives in a namespace of its own, so the pair survives when the "pod" side dies.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from topodra.drivers.nic import hookfiles, iplink
+from topodra.drivers.nic.attach import Attachment, ReleaseError, locate, release
+
+from tests.drivers.nic.conftest import Links, host_link, netns_links, process_in
+
+
+def run_hook(hook: Path, pid: int, *args: str) -> subprocess.CompletedProcess[str]:
+    state = json.dumps({"ociVersion": "1.0.2", "id": "c", "status": "creating", "pid": pid, "bundle": "/x"})
+    return subprocess.run(
+        ["/bin/sh", str(hook), *args], input=state, capture_output=True, text=True, timeout=30, env={}
+    )
+
+
+@pytest.fixture
+def hook(tmp_path: Path) -> Path:
+    return hookfiles.install(tmp_path / "hooks")
+
+
+def attachment(links: Links, state: Path, host: str, mac: str, name: str, pin: str = "c1_dev") -> Attachment:
+    links.track_mount(str(state / "netns" / pin))
+    return Attachment(
+        device="net-x",
+        request="nic",
+        pool="node-a",
+        host_name=host,
+        container_name=name,
+        mac=mac,
+        pci_address=None,
+        virtual=True,
+        mode="hook",
+        pin=str(state / "netns" / pin),
+    )
+
+
+def test_hook_moves_renames_and_pins_then_release_brings_it_back(
+    links: Links, hook: Path, tmp_path: Path
+) -> None:
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    host, peer = links.name("h0"), links.name("q0")
+    mac = links.veth(host, peer, peer_ns)
+    state = tmp_path / "state"
+    att = attachment(links, state, host, mac, "net1")
+    with process_in(pod_ns) as pid:
+        args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", host, "--name", "net1"]
+        out = run_hook(hook, pid, *args, "--mac", mac, "--up", "--ip", "192.0.2.10/24")
+        assert out.returncode == 0, out.stderr
+        inside = netns_links(pod_ns)
+        assert inside["net1"]["address"] == mac
+        assert "UP" in inside["net1"]["flags"]  # up, but its peer is down: no carrier, no traffic
+        assert host_link(host) is None
+        assert iplink.is_pinned_netns(att.pin)
+        assert iplink.addresses("net1", att.pin) == ["192.0.2.10/24"]
+        # a second container of the same pod: already inside, the hook succeeds without a change
+        again = run_hook(hook, pid, *args, "--mac", mac, "--up", "--ip", "192.0.2.10/24")
+        assert again.returncode == 0, again.stderr
+        assert "already in the container" in again.stderr
+    # the "container" is gone and its namespace name removed: only the pin keeps it alive
+    subprocess.run(["ip", "netns", "del", pod_ns], check=True)
+    assert locate(att).place == "pinned"
+
+    assert release(att) == f"moved back from the pinned namespace as {host}"
+    link = host_link(host)
+    assert link is not None and link["address"] == mac
+    assert not Path(att.pin).exists()
+    # idempotent: a second unprepare finds it home
+    assert release(att) == "already on the host"
+
+
+def test_release_renames_an_interface_the_kernel_renamed(links: Links, tmp_path: Path) -> None:
+    """A physical NIC returning from a dead namespace gets a kernel name when its own is taken."""
+    peer_ns = links.netns("p")
+    host, peer = links.name("h0"), links.name("q0")
+    mac = links.veth(host, peer, peer_ns)
+    subprocess.run(["ip", "link", "set", "dev", host, "name", links.name("k9")], check=True)
+    att = attachment(links, tmp_path / "state", host, mac, "net1")
+    assert locate(att).name == links.name("k9")
+    assert release(att) == f"renamed {links.name('k9')} back to {host}"
+    assert host_link(host) is not None and host_link(links.name("k9")) is None
+
+
+def test_release_refuses_to_take_a_name_another_interface_holds(links: Links, tmp_path: Path) -> None:
+    peer_ns = links.netns("p")
+    host, peer = links.name("h0"), links.name("q0")
+    mac = links.veth(host, peer, peer_ns)
+    subprocess.run(["ip", "link", "set", "dev", host, "name", links.name("k9")], check=True)
+    links.veth(host, links.name("q1"), peer_ns)  # somebody else now holds the original name
+    att = attachment(links, tmp_path / "state", host, mac, "net1")
+    with pytest.raises(ReleaseError, match="taken by another interface"):
+        release(att)
+    assert host_link(links.name("k9")) is not None  # left where it was, nothing lost
+
+
+def test_virtual_interface_whose_namespace_died_unpinned_is_reported_gone(
+    links: Links, tmp_path: Path
+) -> None:
+    pod_ns = links.netns("c")
+    host, peer = links.name("h0"), links.name("q0")
+    mac = links.veth(host, peer)  # both ends on the host
+    iplink.move_into(host, pod_ns, "net1")  # moved without a pin
+    subprocess.run(["ip", "netns", "del", pod_ns], check=True)
+    att = attachment(links, tmp_path / "state", host, mac, "net1")
+    assert release(att) == "gone with the pod's namespace (virtual interface)"
+
+
+def test_physical_interface_not_found_is_kept_for_a_retry(tmp_path: Path, links: Links) -> None:
+    att = Attachment(
+        device="pci-0000-ff-1f-7",
+        request="nic",
+        pool="node-a",
+        host_name=links.name("zz"),
+        container_name="net1",
+        mac="02:00:00:00:00:99",
+        pci_address="0000:ff:1f.7",
+        virtual=False,
+        mode="hook",
+        pin=str(tmp_path / "netns" / "none"),
+    )
+    with pytest.raises(ReleaseError, match="will retry"):
+        release(att, settle=0.3)
+
+
+def test_hook_leaves_the_interface_on_the_host_when_the_name_is_taken_inside(
+    links: Links, hook: Path, tmp_path: Path
+) -> None:
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    host, peer = links.name("h0"), links.name("q0")
+    mac = links.veth(host, peer, peer_ns)
+    links.veth(links.name("h1"), links.name("q1"), peer_ns)
+    subprocess.run(
+        ["ip", "link", "set", "dev", links.name("h1"), "netns", pod_ns, "name", "net1"], check=True
+    )
+    state = tmp_path / "state"
+    links.track_mount(str(state / "netns" / "c1_dev"))
+    with process_in(pod_ns) as pid:
+        out = run_hook(
+            hook, pid, "attach", "--state-dir", str(state), "--pin", "c1_dev",
+            "--host-name", host, "--name", "net1", "--mac", mac,
+        )  # fmt: skip
+    assert out.returncode != 0
+    assert "already has an interface named net1" in out.stderr
+    link = host_link(host)
+    assert link is not None and link["address"] == mac
+
+
+def test_hook_follows_the_interface_into_a_recreated_sandbox(
+    links: Links, hook: Path, tmp_path: Path
+) -> None:
+    """The pod's sandbox is re-created: the interface is still in the old (pinned) namespace."""
+    peer_ns, first, second = links.netns("p"), links.netns("c"), links.netns("d")
+    host, peer = links.name("h0"), links.name("q0")
+    mac = links.veth(host, peer, peer_ns)
+    state = tmp_path / "state"
+    att = attachment(links, state, host, mac, "net1")
+    args = [
+        "attach",
+        "--state-dir",
+        str(state),
+        "--pin",
+        "c1_dev",
+        "--host-name",
+        host,
+        "--name",
+        "net1",
+        "--mac",
+        mac,
+    ]
+    with process_in(first) as pid:
+        assert run_hook(hook, pid, *args).returncode == 0
+    subprocess.run(["ip", "netns", "del", first], check=True)
+    with process_in(second) as pid:
+        out = run_hook(hook, pid, *args)
+        assert out.returncode == 0, out.stderr
+        assert "previous pinned namespace" in out.stderr
+        assert netns_links(second)["net1"]["address"] == mac
+    assert release(att) == f"moved back from the pinned namespace as {host}"
+    assert host_link(host) is not None
+
+
+def test_hook_rejects_bad_input(hook: Path, tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            "/bin/sh",
+            str(hook),
+            "attach",
+            "--state-dir",
+            str(tmp_path),
+            "--pin",
+            "../x",
+            "--host-name",
+            "a",
+            "--name",
+            "b",
+        ],
+        input='{"pid": 1}',
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode != 0 and "--pin must be a plain file name" in out.stderr
+    out = subprocess.run(
+        ["/bin/sh", str(hook), "pin", "--state-dir", str(tmp_path), "--pin", "p"],
+        input='{"status": "creating"}',
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode != 0 and "no pid" in out.stderr
+
+
+def test_hook_runs_under_a_minimal_posix_shell(hook: Path, links: Links, tmp_path: Path) -> None:
+    """The host may have only busybox or dash: run the hook with busybox sh (no bashisms)."""
+    busybox = Path("/bin/busybox")
+    if not busybox.exists():
+        pytest.skip("busybox is not installed")
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    host, peer = links.name("h0"), links.name("q0")
+    mac = links.veth(host, peer, peer_ns)
+    state = tmp_path / "state"
+    att = attachment(links, state, host, mac, "eth7")
+    with process_in(pod_ns) as pid:
+        out = subprocess.run(
+            [str(busybox), "sh", str(hook), "attach", "--state-dir", str(state), "--pin", "c1_dev",
+             "--host-name", host, "--name", "eth7", "--mac", mac],
+            input=json.dumps({"pid": pid}), capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert "eth7" in netns_links(pod_ns)
+    assert release(att).startswith("moved back")
