@@ -33,6 +33,19 @@ def _cache_lines(caches: list[Cache], core_sets: set[tuple[int, ...]], indent: s
     return out
 
 
+def _cores_and_caches(
+    t: Topology, cpus: set[int], caches: list[Cache], core_sets: set[tuple[int, ...]], indent: str
+) -> list[str]:
+    lines = []
+    cores = [c for c in t.cores if c.cpus[0] in cpus]
+    if cores:
+        smt = "/".join(str(x) for x in sorted({len(c.cpus) for c in cores}))
+        types = sorted({c.core_type for c in cores if c.core_type})
+        kinds = f" ({', '.join(types)})" if types else ""
+        lines.append(f"{indent}cores: {len(cores)} x {smt} thread(s){kinds}")
+    return lines + _cache_lines(caches, core_sets, indent)
+
+
 def _cpu_section(t: Topology) -> list[str]:
     usable = t.usable_cpus()
     lines = [
@@ -51,27 +64,27 @@ def _cpu_section(t: Topology) -> list[str]:
     for title, pcpus in blocks:
         lines.append(f"{title}: CPUs {compress(pcpus)}")
         pset = set(pcpus)
-        groups: list[tuple[str, set[int]]] = []
+        in_package = [c for c in t.caches if set(c.cpus) <= pset]
+        nodes = []
         for n in t.numa_nodes:
-            if n.id in shown_nodes or not (set(n.cpus) & pset):
-                continue
-            shown_nodes.add(n.id)
-            mem = _size(n.memory_bytes)
+            if set(n.cpus) & pset:
+                shown_nodes.add(n.id)
+                nodes.append((n, set(n.cpus) & pset))
+        if not nodes:
+            lines += _cores_and_caches(t, pset, in_package, core_sets, "  ")
+            continue
+        # caches wider than one node (an L3 shared by SNC nodes) belong to the package
+        wide = [c for c in in_package if not any(set(c.cpus) <= cpus for _, cpus in nodes)]
+        lines += _cache_lines(wide, core_sets, "  ")
+        for n, cpus in nodes:
             dist = " ".join(str(d) for _, d in n.distances)
-            lines.append(f"  NUMA node {n.id}: CPUs {compress(n.cpus)}, memory {mem}, distances [{dist}]")
-            groups.append(("    ", set(n.cpus) & pset))
-        if not groups:
-            groups.append(("  ", pset))
-        for indent, cpus in groups:
-            cores = [c for c in t.cores if c.cpus[0] in cpus]
-            if cores:
-                threads = sorted({len(c.cpus) for c in cores})
-                smt = "/".join(str(x) for x in threads)
-                types = sorted({c.core_type for c in cores if c.core_type})
-                kinds = f" ({', '.join(types)})" if types else ""
-                lines.append(f"{indent}cores: {len(cores)} x {smt} thread(s){kinds}")
-            caches = [c for c in t.caches if c.cpus[0] in cpus]
-            lines += _cache_lines(caches, core_sets, indent)
+            span = "" if cpus == set(n.cpus) else f" (of {compress(n.cpus)}: the node spans packages)"
+            lines.append(
+                f"  NUMA node {n.id}: CPUs {compress(cpus)}{span}, memory {_size(n.memory_bytes)}, "
+                f"distances [{dist}]"
+            )
+            narrow = [c for c in in_package if set(c.cpus) <= cpus]
+            lines += _cores_and_caches(t, cpus, narrow, core_sets, "    ")
     for n in t.numa_nodes:
         if n.id not in shown_nodes:
             what = f"CPUs {compress(n.cpus)}" if n.cpus else "no CPUs"
