@@ -336,3 +336,28 @@ def test_one_call_writes_the_checkpoint_once_per_phase(
     assert m.unprepare(refs) == {r.uid: "" for r in refs}
     assert writes.count(ckpt) == 2
     assert driver.holdings() == {}
+
+
+def test_metrics_and_structured_logs_name_the_claim(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    from prometheus_client import REGISTRY
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, {"driver": DRIVER, **labels}) or 0.0
+
+    count_before = sample("topodra_claim_operation_duration_seconds_count", operation="prepare")
+    refs = [put(claim_store, f"c{i}", Result("r", f"dev-{i}")) for i in range(2)]
+    missing = ClaimRef("ns1", "missing", new_uid())
+    m = make_manager()
+    with caplog.at_level("INFO", logger="topodra.runtime.claims"):
+        m.prepare([*refs, missing])
+    assert sample("topodra_prepared_claims") == 2
+    assert sample("topodra_claim_operation_duration_seconds_count", operation="prepare") == count_before + 3
+    fields = [getattr(r, "topodra_fields", {}) for r in caplog.records]
+    assert {"claim": "ns1/missing", "claim_uid": missing.uid, "driver": DRIVER}.items() <= next(
+        f for f in fields if f.get("claim_uid") == missing.uid
+    ).items()
+    assert any(f.get("claim") == "ns1/c0" and f.get("device") == "dev-0" for f in fields)
+    m.unprepare(refs)
+    assert sample("topodra_prepared_claims") == 0
