@@ -53,6 +53,8 @@ class DiscoveryWarning:
 
 @dataclass(frozen=True, slots=True)
 class Cpu:
+    """One cpuN folder. Offline or topology-less CPUs are listed, but only usable ones join groups."""
+
     id: int
     online: bool
     usable: bool  # online and has a topology/ folder: the only CPUs other lists mention
@@ -68,6 +70,8 @@ class Cpu:
 
 @dataclass(frozen=True, slots=True)
 class Package:
+    """A socket: CPUs sharing one package mask."""
+
     index: int  # stable: packages ordered by lowest CPU
     id: int | None  # kernel physical_package_id, None when -1 or missing
     cpus: CpuList
@@ -75,6 +79,8 @@ class Package:
 
 @dataclass(frozen=True, slots=True)
 class Core:
+    """CPUs sharing one core mask (SMT siblings); compute-unit halves are separate cores."""
+
     index: int  # stable: cores ordered by lowest CPU
     package: int | None  # index into Topology.packages (None: the kernel gave no package mask)
     id: int | None  # kernel core_id
@@ -84,6 +90,8 @@ class Core:
 
 @dataclass(frozen=True, slots=True)
 class Cache:
+    """One cache instance, shared by `cpus`."""
+
     level: int
     type: str  # "data" | "instruction" | "unified"
     id: int | None  # cache `id` file, often absent
@@ -95,6 +103,8 @@ class Cache:
 
 @dataclass(frozen=True, slots=True)
 class NumaNode:
+    """A NUMA node as sysfs lists it; CPU-less (memory only) and memory-less nodes included."""
+
     id: int
     cpus: CpuList  # usable CPUs of nodeN/cpumap (may overlap other nodes on buggy firmware)
     memory_bytes: int | None  # nodeN/meminfo MemTotal
@@ -106,6 +116,8 @@ class NumaNode:
 
 @dataclass(frozen=True, slots=True)
 class PcieLink:
+    """Negotiated and maximum PCIe link; None fields where the kernel reports no link."""
+
     current_speed: str | None  # e.g. "16.0 GT/s PCIe"
     current_width: int | None
     max_speed: str | None
@@ -114,6 +126,8 @@ class PcieLink:
 
 @dataclass(frozen=True, slots=True)
 class Sriov:
+    """SR-IOV side of a function: a PF knows its VFs, a VF its PF."""
+
     total_vfs: int | None  # sriov_totalvfs (PF only)
     num_vfs: int | None  # sriov_numvfs (PF only)
     physfn: str | None  # PF address when this function is a VF
@@ -142,6 +156,8 @@ class DeviceNode:
 
 @dataclass(frozen=True, slots=True)
 class PciFunction:
+    """One PCI function and where it sits: root complex, bridge chain, switch."""
+
     address: str  # lowercase DDDD:BB:DD.F; 5+ hex digit domains (VMD) kept as they are
     class_code: int | None  # 24 bits: base class, subclass, prog-if
     vendor: int | None
@@ -212,6 +228,8 @@ class PciFunction:
 
 @dataclass(frozen=True, slots=True)
 class PcieRoot:
+    """A PCIe root complex (the value of resource.kubernetes.io/pcieRoot) and its CPU affinity."""
+
     name: str  # "pciDDDD:BB", as under sys/devices
     cpus: CpuList  # cpulistaffinity of its root bus, else the union of its devices' local_cpus
     numa_node: int | None  # the one numa_node its devices agree on, else None
@@ -219,6 +237,8 @@ class PcieRoot:
 
 @dataclass(frozen=True, slots=True)
 class RdmaDevice:
+    """An RDMA device (sys/class/infiniband) with the character devices a container needs."""
+
     name: str  # e.g. "mlx5_0"
     pci_address: str | None
     net_interfaces: tuple[str, ...]
@@ -228,6 +248,8 @@ class RdmaDevice:
 
 @dataclass(frozen=True, slots=True)
 class NetInterface:
+    """A network interface, tied to the nearest PCI function above it when it has one."""
+
     name: str
     pci_address: str | None  # nearest PCI function above it; None for virtual interfaces
     mac: str | None
@@ -244,6 +266,8 @@ class NetInterface:
 
 @dataclass(frozen=True, slots=True)
 class Topology:
+    """The whole machine. Lookups are pure and cheap; see the module docstring for the list."""
+
     cpus: tuple[Cpu, ...]  # every cpuN folder, sorted by id
     packages: tuple[Package, ...]
     cores: tuple[Core, ...]
