@@ -27,7 +27,7 @@ def create(options: registry.CommonOptions) -> Driver:
 
 
 if __name__ == "__main__":
-    registry.KINDS = {"cpu": __name__ if __name__ != "__main__" else "tests.kubelet.serve_test_driver"}
+    registry.KINDS = {"cpu": "tests.kubelet.serve_test_driver"}  # imported again under that name
     from topodra.common.cli.main import main
 
     sys.exit(main(sys.argv[1:]))
