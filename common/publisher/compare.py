@@ -94,6 +94,10 @@ def dropped_features(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> set[
         for field, feature in _DEVICE_FIELDS.items():
             if _present(device.get(field)) and not _present(old.get(field)):
                 features.add(feature)
+        old_attrs = old.get("attributes") or {}
+        for key, value in (device.get("attributes") or {}).items():
+            if any(k in value for k in _LIST_KEYS) and key not in old_attrs:
+                features.add(LIST_ATTRIBUTES)  # stored without it: published while the gate was off
         old_caps = old.get("capacity") or {}
         for key, cap in (device.get("capacity") or {}).items():
             if cap.get("requestPolicy") and not (old_caps.get(key) or {}).get("requestPolicy"):

@@ -306,9 +306,15 @@ class SlicePublisher:
             self._write("delete", partial(api.delete_slice, delete.name, delete.uid, delete.resource_version))
         for body in plan.updates:
             stored = self._write("update", partial(api.replace_slice, body["metadata"]["name"], body), body)
+            if stored is None:  # list attributes rejected: the same slice again without them
+                body = _without_lists(body)
+                stored = self._write("update", partial(api.replace_slice, body["metadata"]["name"], body))
             self._stored(body, stored)
         for body in plan.creates:
             stored = self._write("create", partial(api.create_slice, body), body)
+            if stored is None:  # retried at once: a later pass would see a new slice and bump
+                body = _without_lists(body)
+                stored = self._write("create", partial(api.create_slice, body))
             self._stored(body, stored)
 
     def _write(self, verb: str, call: Callable[[], Any], body: Mapping[str, Any] | None = None) -> Any:
@@ -502,6 +508,10 @@ class SlicePublisher:
                     self._log.error("could not delete our ResourceSlices on exit", error=str(err))
                     return
                 time.sleep(delay)
+
+
+def _without_lists(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {**body, "spec": compare.strip_features(body.get("spec") or {}, {compare.LIST_ATTRIBUTES})}
 
 
 def _int(version: Any) -> int:
