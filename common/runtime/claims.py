@@ -680,13 +680,14 @@ class ClaimManager:
         if stale:
             with self._serialized():
                 for old, reason in stale:
-                    if self._records.get(old.claim.uid) is not old:
+                    claim: ClaimRef = old.claim
+                    if self._records.get(claim.uid) is not old:
                         continue  # changed meanwhile (unprepared or re-prepared): leave it
                     self._log.info(
-                        f"reconcile: {_label(old.claim)} is {reason}; unpreparing", **logs.claim(old.claim)
+                        f"reconcile: {_label(claim)} is {reason}; unpreparing", **logs.claim(claim)
                     )
-                    if not self._unprepare_many([old.claim])[old.claim.uid]:
-                        report.unprepared.append(old.claim.uid)
+                    if not self._unprepare_many([claim])[claim.uid]:
+                        report.unprepared.append(claim.uid)
                 self._metrics.prepared(self._count_completed())
         return report
 

@@ -15,7 +15,7 @@ from typing import Any
 from topodra.common.runtime.driver import ClaimRef, OpaqueConfig, PrepareError
 
 
-class ConfigError(PrepareError):
+class ConfigError(PrepareError):  # type: ignore[misc, unused-ignore]  # Any when mypy cannot follow the editable install
     """A malformed opaque config; a per-claim prepare error."""
 
 

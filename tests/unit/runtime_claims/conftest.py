@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from topodra.common.cdi.spec import CdiWriter
@@ -40,14 +41,14 @@ def make_manager(dirs: dict[str, Path], claim_store: MemoryClaimStore) -> Iterat
     """Builds a started manager; call again for "the process restarted" (fresh driver object)."""
     made: list[ClaimManager] = []
 
-    def make(driver: HoldDriver | None = None, start: bool = True, **kwargs: object) -> ClaimManager:
+    def make(driver: HoldDriver | None = None, start: bool = True, **kwargs: Any) -> ClaimManager:
         m = ClaimManager(
             driver or HoldDriver(dirs["hw"]),
             NODE,
             claim_store.source,
             Checkpoint(dirs["state"], DRIVER),
             CdiWriter(dirs["cdi"], cdi_kind(DRIVER)),
-            **kwargs,  # type: ignore[arg-type]
+            **kwargs,
         )
         if start:
             m.start()

@@ -74,7 +74,8 @@ def test_prepare_answers_devices_and_writes_owner_only_cdi_spec(
     rec = m.prepared()[ref.uid]
     assert rec.phase is Phase.COMPLETED
     assert rec.cdi_file == path.name
-    assert dict(rec.preparation.state) == {"holds": ["dev-0", "dev-1"]}  # type: ignore[union-attr]
+    assert rec.preparation is not None
+    assert dict(rec.preparation.state) == {"holds": ["dev-0", "dev-1"]}
     state_dir = dirs["state"]
     assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
     for p in state_dir.iterdir():
