@@ -136,6 +136,7 @@ class HealthMonitor:
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=5)
+            self._thread = None
 
     # --- streaming ----------------------------------------------------------------------------
     def response(self, pb: ModuleType) -> Any:

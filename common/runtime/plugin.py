@@ -143,11 +143,14 @@ class Plugin:
 
     def _stop_locked(self) -> None:
         # Registration first: once its socket is gone the kubelet deregisters this instance and
-        # sends new calls elsewhere; calls in flight on the DRA socket get the grace period.
+        # sends new calls elsewhere. Health streams never finish by themselves, so they are ended
+        # before the DRA server stops; prepare calls in flight there get the grace period.
         for attr in ("_reg_server", "_dra_server"):
             running: _Server | None = getattr(self, attr)
             if running is None:
                 continue
+            if attr == "_dra_server":
+                self.health.stop()
             running.socket.remove()
             running.server.stop(self.options.stop_grace).wait()
             running.socket.remove()
