@@ -6,10 +6,12 @@ import io
 import json
 import logging
 
+import pytest
 from prometheus_client import REGISTRY, generate_latest
 from topodra.common import logs
 from topodra.common.runtime import metrics
 from topodra.common.runtime.driver import ClaimRef
+from topodra.common.runtime.observability import parse_address
 
 
 def test_log_line_is_json_with_bound_and_call_fields() -> None:
@@ -43,3 +45,12 @@ def test_metrics_are_exposed_with_driver_label() -> None:
     assert 'topodra_claim_operations_total{driver="metrics-test.topodra.io",operation="prepare"} 3.0' in text
     assert "topodra_grpc_request_duration_seconds_bucket" in text
     assert "process_resident_memory_bytes" in text
+
+
+def test_metrics_address_forms() -> None:
+    assert parse_address(":9400") == ("0.0.0.0", 9400)
+    assert parse_address("127.0.0.1:8080") == ("127.0.0.1", 8080)
+    assert parse_address("[::1]:9400") == ("::1", 9400)
+    for bad in ("9400", "host:", "host:http", "h:70000"):
+        with pytest.raises(ValueError, match="not host:port"):
+            parse_address(bad)
