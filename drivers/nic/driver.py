@@ -66,6 +66,7 @@ class NicOptions:
     taint_unhealthy: bool = False
     rescan_interval: float = 5.0
     install_hook: bool = True
+    release_settle: float = 5.0  # how long unprepare waits for a physical NIC in transit
 
 
 @dataclass(slots=True)
@@ -573,7 +574,7 @@ class NicDriver:
             errors = []
             for att in atts:
                 try:
-                    done = attach.release(att, self.options.sysfs_root)
+                    done = attach.release(att, self.options.sysfs_root, settle=self.options.release_settle)
                 except (ReleaseError, iplink.IpError) as e:
                     errors.append(str(e))
                     self._log.error(

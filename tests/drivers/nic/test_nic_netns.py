@@ -27,7 +27,8 @@ def run_hook(hook: Path, pid: int, *args: str) -> subprocess.CompletedProcess[st
 
 @pytest.fixture
 def hook(tmp_path: Path) -> Path:
-    return hookfiles.install(tmp_path / "hooks")
+    path: Path = hookfiles.install(tmp_path / "hooks")
+    return path
 
 
 def attachment(links: Links, state: Path, host: str, mac: str, name: str, pin: str = "c1_dev") -> Attachment:

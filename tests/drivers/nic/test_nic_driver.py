@@ -1,0 +1,339 @@
+"""The NIC driver object: prepare/unprepare/restore, retained devices, health and taints.
+
+Hardware states that cannot be produced on this machine (a PCI NIC losing its link, a PCI NIC
+vanishing while inside a pod) are produced in a synthetic sysfs tree by editing its files, the
+way the kernel would change them; virtual interfaces are real veths.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from topodra.common.cdi.spec import SpecDevice, build_spec
+from topodra.common.runtime.config import ConfigError
+from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, Health, OpaqueConfig, PrepareError
+from topodra.drivers.nic.devices import DRIVER, Selection
+from topodra.drivers.nic.driver import TAINT_KEY, NicDriver, NicOptions, device_from_api
+
+from tests.drivers.nic.conftest import SynthTree
+
+NODE = "node-a"
+ENO2 = "pci-0000-02-00-1"  # 1s-4acc: eno2 on 0000:02:00.1 (eno1 is the uplink)
+
+
+def claim(name: str = "c1") -> ClaimRef:
+    return ClaimRef("ns1", name, str(uuid.uuid4()))
+
+
+def nic_config(requests: tuple[str, ...] = (), **params: Any) -> OpaqueConfig:
+    return OpaqueConfig(
+        "FromClaim", requests, {"apiVersion": "nic.topodra.io/v1alpha1", "kind": "NicConfig", **params}
+    )
+
+
+@pytest.fixture
+def tree(synth_machine: Callable[[str], SynthTree], tmp_path: Path) -> Path:
+    """A private copy of 1s-4acc that a test may edit."""
+    root = tmp_path / "machine"
+    shutil.copytree(synth_machine("1s-4acc").root, root, symlinks=True)
+    return root
+
+
+def driver_for(root: Path, tmp_path: Path, **kw: Any) -> NicDriver:
+    opts = NicOptions(
+        sysfs_root=str(root),
+        node_name=NODE,
+        hook_dir=tmp_path / "hooks",
+        state_dir=tmp_path / "state",
+        rescan_interval=0.0,
+        release_settle=0.2,
+        **kw,
+    )
+    return NicDriver(opts)
+
+
+def iface_file(root: Path, ifname: str, name: str) -> Path:
+    return (root / "sys/class/net" / ifname).resolve() / name
+
+
+def test_link_down_is_unhealthy_and_tainted_and_recovers_on_link_up(tree: Path, tmp_path: Path) -> None:
+    d = driver_for(tree, tmp_path, taint_unhealthy=True)
+    assert d.health()[ENO2].health is Health.HEALTHY
+    assert not next(x for x in d.devices() if x.name == ENO2).taints
+
+    iface_file(tree, "eno2", "carrier").write_text("0\n")
+    iface_file(tree, "eno2", "operstate").write_text("down\n")
+    h = d.health()[ENO2]
+    assert h.health is Health.UNHEALTHY and "down" in h.message
+    dev = next(x for x in d.devices() if x.name == ENO2)
+    assert [(t.key, t.value, t.effect) for t in dev.taints] == [(TAINT_KEY, "LinkDown", "NoSchedule")]
+
+    iface_file(tree, "eno2", "operstate").write_text("up\n")
+    h = d.health()[ENO2]
+    assert h.health is Health.UNHEALTHY and h.message == "eno2: no carrier"
+
+    iface_file(tree, "eno2", "carrier").write_text("1\n")
+    assert d.health()[ENO2].health is Health.HEALTHY
+    assert not next(x for x in d.devices() if x.name == ENO2).taints
+
+
+def test_no_taint_unless_asked_and_admin_down_is_unknown(tree: Path, tmp_path: Path) -> None:
+    d = driver_for(tree, tmp_path)
+    iface_file(tree, "eno2", "operstate").write_text("down\n")
+    assert d.health()[ENO2].health is Health.UNHEALTHY
+    assert not next(x for x in d.devices() if x.name == ENO2).taints
+    iface_file(tree, "eno2", "flags").write_text("0x1002\n")  # IFF_UP cleared: nobody brought it up
+    h = d.health()[ENO2]
+    assert h.health is Health.UNKNOWN and "administratively down" in h.message
+
+
+def move_into_pod(root: Path, ifname: str) -> None:
+    """What the host's sysfs shows once the netdev is in another namespace: it is gone."""
+    target = (root / "sys/class/net" / ifname).resolve()
+    (root / "sys/class/net" / ifname).unlink()
+    shutil.rmtree(target)
+
+
+def test_allocated_nic_stays_published_from_inside_a_pod_until_released(tree: Path, tmp_path: Path) -> None:
+    d = driver_for(tree, tmp_path, taint_unhealthy=True)
+    before = next(x for x in d.devices() if x.name == ENO2)
+    ref = claim()
+    prep = d.prepare(ref, [AllocatedDevice("nic", NODE, ENO2)], [nic_config(interfaceName="net1")])
+    saved_tree = tmp_path / "eno2-saved"
+    shutil.copytree((tree / "sys/class/net/eno2").resolve(), saved_tree, symlinks=True)
+    move_into_pod(tree, "eno2")
+
+    # the scheduler keeps seeing it, with the attributes it had on the host
+    published = {x.name: x for x in d.devices()}
+    assert published[ENO2] == before
+    assert published[ENO2].attributes[f"{DRIVER}/interfaceName"] == "eno2"
+    assert d.health()[ENO2].health is Health.UNKNOWN  # the hook never pinned a namespace here
+
+    # a driver restart learns it from the checkpointed preparation
+    d2 = driver_for(tree, tmp_path, taint_unhealthy=True)
+    d2.restore({ref: prep})
+    assert {x.name: x for x in d2.devices()}[ENO2] == before
+
+    # the function disappears while in the pod: removed -> unhealthy and tainted, still published
+    fn = tree / "sys/bus/pci/devices/0000:02:00.1"
+    fn_target = fn.resolve()
+    fn_link = os.readlink(fn)
+    fn.unlink()
+    h = d.health()[ENO2]
+    assert h.health is Health.UNHEALTHY and h.message == "device removed"
+    dev = next(x for x in d.devices() if x.name == ENO2)
+    assert [t.value for t in dev.taints] == ["DeviceRemoved"]
+
+    # unprepare cannot find it: the claim stays prepared (error), nothing is forgotten
+    with pytest.raises(PrepareError, match="will retry"):
+        d.unprepare(ref, prep)
+    assert ENO2 in d.held()
+    assert ENO2 in {x.name for x in d.devices()}
+
+    # it comes back (the kernel returns physical NICs to the host when the pod's netns dies)
+    fn.symlink_to(fn_link)
+    assert fn_target.exists()
+    shutil.copytree(saved_tree, fn_target / "net" / "eno2", symlinks=True)
+    (tree / "sys/class/net/eno2").symlink_to(
+        os.path.relpath(fn_target / "net" / "eno2", tree / "sys/class/net")
+    )
+    d.unprepare(ref, prep)
+    assert ENO2 not in d.held()
+    assert next(x for x in d.devices() if x.name == ENO2) == before
+
+
+def test_prepare_edits_for_the_hook_path(tree: Path, tmp_path: Path) -> None:
+    d = driver_for(tree, tmp_path)
+    ref = claim()
+    prep = d.prepare(
+        ref, [AllocatedDevice("nic", NODE, ENO2)], [nic_config(interfaceName="net1", ips=["192.0.2.5/24"])]
+    )
+    (dev,) = prep.devices
+    (hook,) = dev.edits.hooks
+    assert hook.hook_name == "createRuntime"
+    assert hook.path == str(tmp_path / "hooks" / "netdev.sh")
+    assert Path(hook.path).read_bytes().startswith(b"#!/bin/sh")
+    assert os.access(hook.path, os.X_OK)
+    args = list(hook.args)
+    assert args[:2] == ["netdev.sh", "attach"]
+    pairs = dict(zip(args[2::2], args[3::2], strict=False))
+    mac = (tree / "sys/class/net/eno2/address").read_text().strip()
+    assert pairs["--host-name"] == "eno2" and pairs["--name"] == "net1"
+    assert pairs["--mac"] == mac and pairs["--pci"] == "0000:02:00.1"
+    assert pairs["--pin"] == f"{ref.uid}_{ENO2}" and pairs["--state-dir"] == str(tmp_path / "state")
+    assert "--ip" in args and "192.0.2.5/24" in args
+    env = dict(e.split("=", 1) for e in dev.edits.env)
+    assert env["TOPODRA_NIC_PCI_0000_02_00_1_PCI_ADDRESS"] == "0000:02:00.1"
+    assert env["TOPODRA_NIC_PCI_0000_02_00_1_INTERFACE"] == "net1"
+    assert not dev.edits.net_devices
+    spec = build_spec(f"{DRIVER}/claim", [SpecDevice(f"{ref.uid}-{ENO2}", dev.edits)], prep.claim_edits)
+    assert spec["cdiVersion"] in ("0.3.0", "0.5.0")  # podman 4.3 reads up to 0.5.0
+    json.dumps(dict(prep.state))
+    d.unprepare(ref, prep)
+
+
+def test_prepare_edits_for_cdi_netdevices(tree: Path, tmp_path: Path) -> None:
+    d = driver_for(tree, tmp_path, netdev_mode="cdi")
+    ref = claim()
+    prep = d.prepare(ref, [AllocatedDevice("nic", NODE, ENO2)], [nic_config(interfaceName="net1")])
+    (dev,) = prep.devices
+    assert [(n.host_interface_name, n.name) for n in dev.edits.net_devices] == [("eno2", "net1")]
+    (hook,) = dev.edits.hooks
+    assert list(hook.args[:2]) == ["netdev.sh", "pin"]
+    spec = build_spec(f"{DRIVER}/claim", [SpecDevice(f"{ref.uid}-{ENO2}", dev.edits)], prep.claim_edits)
+    assert spec["cdiVersion"] == "1.1.0"
+    assert spec["devices"][0]["containerEdits"]["netDevices"] == [
+        {"hostInterfaceName": "eno2", "name": "net1"}
+    ]
+    d.unprepare(ref, prep)
+    with pytest.raises(ConfigError, match="needs --nic-netdev-mode hook"):
+        d.prepare(claim("c2"), [AllocatedDevice("nic", NODE, ENO2)], [nic_config(ips=["192.0.2.5/24"])])
+
+
+def test_rdma_function_gets_its_verbs_device(
+    synth_machine: Callable[[str], SynthTree], tmp_path: Path
+) -> None:
+    t = synth_machine("2s-snc2")
+    m = t.manifest
+    rdma = m["rdma"][0]
+    dev_name = "pci-" + rdma["pci"].replace(":", "-").replace(".", "-")
+    d = driver_for(t.root, tmp_path)
+    ref = claim()
+    prep = d.prepare(ref, [AllocatedDevice("nic", NODE, dev_name)], [])
+    (p,) = prep.devices
+    major, minor = (
+        (t.root / f"sys/class/infiniband_verbs/{rdma['uverbs']}/dev").read_text().strip().split(":")
+    )
+    assert [(n.path, n.type, n.major, n.minor) for n in p.edits.device_nodes] == [
+        (f"/dev/infiniband/{rdma['uverbs']}", "c", int(major), int(minor))
+    ]
+    env = dict(e.split("=", 1) for e in p.edits.env)
+    assert env[f"TOPODRA_NIC_{dev_name.upper().replace('-', '_')}_RDMA_DEVICE"] == rdma["name"]
+    d.unprepare(ref, prep)
+
+
+def test_bad_claims_are_refused_with_a_clear_message(tree: Path, tmp_path: Path) -> None:
+    d = driver_for(tree, tmp_path)
+    r = [AllocatedDevice("nic", NODE, ENO2)]
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"interfaceName": "a/b"}, "must not contain '/'"),
+        ({"interfaceName": "x" * 16}, "at most 15 bytes"),
+        ({"interfaceName": ".."}, "'.' or '..'"),
+        ({"interfaceName": "net 1"}, "whitespace"),
+        ({"interfaceName": "lo"}, "loopback"),
+        ({"ips": ["192.0.2.5"]}, "prefix length"),
+        ({"ips": ["300.0.0.1/24"]}, "not an IP address"),
+        ({"mtu": 9000}, "unknown field"),
+    ]
+    for params, text in cases:
+        with pytest.raises(ConfigError, match=text) as e:
+            d.prepare(claim(), r, [nic_config(**params)])
+        assert "claim ns1/c1" in str(e.value)
+    with pytest.raises(ConfigError, match="apiVersion"):
+        d.prepare(claim(), r, [OpaqueConfig("FromClaim", (), {"apiVersion": "v9", "kind": "NicConfig"})])
+    with pytest.raises(PrepareError, match="not on this node"):
+        d.prepare(claim(), [AllocatedDevice("nic", NODE, "pci-0000-99-00-0")], [])
+    # the uplink is not a device at all
+    with pytest.raises(PrepareError, match="not on this node"):
+        d.prepare(claim(), [AllocatedDevice("nic", NODE, "pci-0000-02-00-0")], [])
+    first = claim("first")
+    prep = d.prepare(first, r, [])
+    with pytest.raises(PrepareError, match="held by claim ns1/first"):
+        d.prepare(claim("second"), r, [])
+    d.unprepare(first, prep)
+    assert d.held() == {}
+
+
+def test_two_devices_cannot_get_the_same_pod_name(
+    synth_machine: Callable[[str], SynthTree], tmp_path: Path
+) -> None:
+    t = synth_machine("2s-8acc-8nic")
+    d = driver_for(t.root, tmp_path)
+    names = sorted(n for n in d.nics() if d.nics()[n].interface)[:2]
+    with pytest.raises(ConfigError, match="would both be named 'net1'"):
+        d.prepare(
+            claim(), [AllocatedDevice("nic", NODE, n) for n in names], [nic_config(interfaceName="net1")]
+        )
+    assert d.held() == {}
+
+
+def test_admin_access_moves_nothing(tree: Path, tmp_path: Path) -> None:
+    d = driver_for(tree, tmp_path)
+    prep = d.prepare(claim(), [AllocatedDevice("nic", NODE, ENO2, admin_access=True)], [])
+    assert not prep.devices[0].edits.hooks and not prep.devices[0].edits.net_devices
+    assert d.held() == {}
+
+
+def test_device_round_trips_through_the_checkpoint_form(tree: Path, tmp_path: Path) -> None:
+    d = driver_for(tree, tmp_path)
+    for dev in d.devices():
+        assert device_from_api(json.loads(json.dumps(dev.to_api()))) == dev
+
+
+# --- real interfaces ------------------------------------------------------------------------------
+
+
+def test_virtual_interfaces_only_on_request(links: Any, tmp_path: Path) -> None:
+    peer_ns = links.netns("p")
+    host = links.name("h0")
+    links.veth(host, links.name("q0"), peer_ns)
+    sel = Selection(include_interfaces=(f"tdn{links.tag}*",))
+    off = NicDriver(NicOptions(selection=sel, state_dir=tmp_path, hook_dir=tmp_path))
+    assert off.devices() == []
+    on = NicDriver(
+        NicOptions(
+            selection=Selection(include_virtual=True, include_interfaces=(f"tdn{links.tag}*",)),
+            state_dir=tmp_path,
+            hook_dir=tmp_path,
+        )
+    )
+    (dev,) = on.devices()
+    assert dev.name == f"net-{host}"
+    assert dev.attributes[f"{DRIVER}/virtual"] is True
+    assert (
+        dev.attributes[f"{DRIVER}/macAddress"] == Path(f"/sys/class/net/{host}/address").read_text().strip()
+    )
+
+
+def test_veth_health_follows_its_carrier(links: Any, tmp_path: Path) -> None:
+    """Link up/down on a real veth. IPv6 is off on both ends and no address is set, so bringing
+    the links up sends nothing."""
+    peer_ns = links.netns("p")
+    host, peer = links.name("h0"), links.name("q0")
+    links.veth(host, peer, peer_ns)
+    subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{host}.disable_ipv6=1"], check=True)
+    subprocess.run(
+        ["ip", "netns", "exec", peer_ns, "sysctl", "-qw", f"net.ipv6.conf.{peer}.disable_ipv6=1"], check=True
+    )
+    d = NicDriver(
+        NicOptions(
+            selection=Selection(include_virtual=True, include_interfaces=(f"tdn{links.tag}*",)),
+            state_dir=tmp_path,
+            hook_dir=tmp_path,
+            taint_unhealthy=True,
+            rescan_interval=0.0,
+        )
+    )
+    name = f"net-{host}"
+    assert d.health()[name].health is Health.UNKNOWN  # admin down on the host
+    subprocess.run(["ip", "link", "set", host, "up"], check=True)
+    h = d.health()[name]
+    assert h.health is Health.UNHEALTHY, h
+    assert [t.value for t in d.devices()[0].taints] == ["LinkDown"] or [
+        t.value for t in d.devices()[0].taints
+    ] == ["NoCarrier"]
+    subprocess.run(["ip", "-n", peer_ns, "link", "set", peer, "up"], check=True)
+    for _ in range(50):
+        if d.health()[name].health is Health.HEALTHY:
+            break
+        subprocess.run(["sleep", "0.05"], check=False)
+    assert d.health()[name].health is Health.HEALTHY
+    assert d.devices()[0].taints == ()
