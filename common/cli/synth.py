@@ -15,7 +15,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Write the sysfs tree of a declared machine: DIR/sys, DIR/proc and "
         "DIR/synth-manifest.json. Point --sysfs-root (or HWLOC_FSROOT) at DIR.",
     )
-    parser.add_argument("--spec", metavar="FILE|NAME", help="a spec JSON file, or the name of a shipped spec")
+    parser.add_argument(
+        "--spec", metavar="FILE|NAME", help="a spec JSON file, the name of a shipped spec, or - for stdin"
+    )
     parser.add_argument("--output", metavar="DIR", type=Path, help="folder to write the tree into")
     parser.add_argument("--hostname", help="override the spec's hostname (seeds MACs, GUIDs, GPU UUIDs)")
     parser.add_argument("--force", action="store_true", help="replace a tree a previous run wrote in DIR")
@@ -33,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         shipped_spec_names,
         shipped_spec_text,
     )
-    from topodra.common.synth.spec import parse_spec
+    from topodra.common.synth.spec import load_spec_text, parse_spec
 
     if args.list:
         for name in shipped_spec_names():
@@ -44,8 +46,11 @@ def run(args: argparse.Namespace) -> int:
         print("topodra synth: --spec FILE|NAME is required (see --list)", file=sys.stderr)
         return 2
     try:
-        spec = load_spec(args.spec)
-        if args.show:
+        if args.spec == "-":
+            spec = load_spec_text(sys.stdin.read(), default_name="stdin", origin="stdin")
+        else:
+            spec = load_spec(args.spec)
+        if args.show and args.spec != "-":
             text = (
                 shipped_spec_text(args.spec)
                 if args.spec in shipped_spec_names()

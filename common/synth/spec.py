@@ -436,7 +436,12 @@ def _network(obj: Obj) -> NetworkSpec:
             fail(obj.at(key), f"must be an IPv4 address with prefix like 10.0.0.5/24, not {text!r}")
 
     uplink = iface("uplink_ipv4", "192.168.10.20/24")
-    gw_text = obj.text("gateway_ipv4") or str(next(uplink.network.hosts()))
+    if uplink.network.prefixlen > 30:
+        fail(
+            obj.at("uplink_ipv4"),
+            f"needs a prefix length that leaves room for a gateway, like {uplink.ip}/24",
+        )
+    gw_text = obj.text("gateway_ipv4") or str(next(iter(uplink.network.hosts())))
     try:
         gateway = ipaddress.IPv4Address(gw_text)
     except ValueError:
@@ -499,6 +504,8 @@ def _pci(obj: Obj, nodes: int) -> tuple[RootSpec, ...]:
     if not isinstance(local_raw, dict):
         fail(obj.at("profiles"), "must be an object of name: profile")
     resolver = _Profiles(builtin_profiles(), local_raw, obj.at("profiles"))
+    for name in sorted(local_raw):  # an unused profile with a typo is still a typo
+        resolver.get(name, f"{obj.at('profiles')}.{name}")
     roots: list[RootSpec] = []
     for i, raw in enumerate(obj.items("roots")):
         r = Obj(raw, f"{obj.at('roots')}[{i}]")

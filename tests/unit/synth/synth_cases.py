@@ -13,7 +13,7 @@ from topodra.common.synth import MachineSpec, Plan, load_spec, parse_spec, shipp
 # offline CPUs (cpu0 too), two dies per socket with a die-wide L3, NPS-style nodes with a full
 # distance matrix and unequal memory, more possible than present CPUs, a root with no NUMA
 # affinity, an empty root port, nested switches, a non-zero PCI domain, a display adapter behind
-# a PCIe-to-PCI bridge inside a switch, and 260 VFs that spill onto the next bus.
+# a PCIe-to-PCI bridge inside a switch, and VFs (stride 8) that spill onto the next bus.
 EDGE: dict[str, Any] = {
     "name": "edge",
     "cpu": {
@@ -53,7 +53,11 @@ EDGE: dict[str, Any] = {
     },
     "pci": {
         "profiles": {
-            "bignic": {"extends": "cx6dx", "functions": 1, "sriov": {"total_vfs": 300, "num_vfs": 260}}
+            "bignic": {
+                "extends": "cx6dx",
+                "functions": 1,
+                "sriov": {"total_vfs": 64, "num_vfs": 40, "stride": 8},
+            }
         },
         "roots": [
             {"numa_node": None, "ports": [{"device": "bignic", "uplink": True}, {"empty": True}]},
