@@ -130,6 +130,12 @@ def run(put: Any, source: Any, ns: str, n: int, root: Path, cdi_root: Path) -> N
     m.start()
     refs = [put(claim(ns, f"b{i}", str(uuid.uuid4()), f"dev-{i % devices}")) for i in range(n)]
 
+    gets = []
+    for ref in refs[:100]:
+        t0 = time.perf_counter()
+        source.get(ref.namespace, ref.name)
+        gets.append((time.perf_counter() - t0) * 1000)
+    print(f"  claim GET alone:            p50 {pct(gets, 50):.2f} ms  p99 {pct(gets, 99):.2f} ms")
     prep, unprep = [], []
     for ref in refs:
         t0 = time.perf_counter()

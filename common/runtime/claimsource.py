@@ -7,6 +7,7 @@ let tests serve claims from a real kube-apiserver or a stand-in without changing
 
 from __future__ import annotations
 
+import json
 from typing import Any, Protocol
 
 GROUP = "resource.k8s.io"
@@ -45,15 +46,25 @@ class KubeClaimSource:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            obj: Any = self._api.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self._timeout
+            # raw body + json.loads: the client's own deserialization costs more than the GET
+            resp: Any = self._api.get_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                _request_timeout=self._timeout,
+                _preload_content=False,
             )
+            obj: Any = json.loads(resp.data)
         except ApiException as e:
             if e.status == 404:
                 raise ClaimNotFound(f"ResourceClaim {namespace}/{name} not found") from e
             raise ClaimSourceError(
                 f"GET ResourceClaim {namespace}/{name}: HTTP {e.status} {e.reason or ''}".rstrip()
             ) from e
+        except ValueError as e:
+            raise ClaimSourceError(f"GET ResourceClaim {namespace}/{name}: answer is not JSON: {e}") from e
         except Exception as e:  # urllib3 connection errors, timeouts, TLS: all mean "try later"
             raise ClaimSourceError(f"GET ResourceClaim {namespace}/{name}: {type(e).__name__}: {e}") from e
         if not isinstance(obj, dict):
