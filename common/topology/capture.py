@@ -16,7 +16,7 @@ import stat
 import tarfile
 
 from topodra.common.topology.discover import check_root, discover_with
-from topodra.common.topology.reader import SysfsReader
+from topodra.common.topology.reader import SysfsReader, is_dir, is_link
 
 _MAX_HOPS = 40
 
@@ -95,11 +95,11 @@ class _Plan:
             return
         for e in children:
             at = f"{where}/{e.name}"
-            if e.is_symlink():
+            if is_link(e):
                 link = self._link_target(at)
                 if link is not None:
                     self.entries.setdefault(at, ("link", link[0]))
-            elif e.is_dir():
+            elif is_dir(e):
                 self.entries.setdefault(at, ("dir", None))
 
 

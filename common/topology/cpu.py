@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from topodra.common.topology.model import Cache, Core, Cpu, Package
 from topodra.common.topology.parse import cached_cpumask, parse_cpulist, parse_int, parse_size, read_cpus
-from topodra.common.topology.reader import SysfsReader
+from topodra.common.topology.reader import SysfsReader, is_dir
 
 CPU_DIR = "sys/devices/system/cpu"
 _CPU_NAME = re.compile(r"cpu(\d+)\Z")
@@ -59,7 +59,7 @@ def find_cpus(r: SysfsReader) -> CpuPresence:
     ids = []
     for entry in r.scandir(CPU_DIR):
         m = _CPU_NAME.match(entry.name)
-        if m and entry.is_dir():
+        if m and is_dir(entry):
             ids.append(int(m.group(1)))
     ids.sort()
     global_online: frozenset[int] | None = None

@@ -8,7 +8,7 @@ import re
 from topodra.common.topology.model import DeviceNode, NetInterface, PciFunction, RdmaDevice
 from topodra.common.topology.parse import parse_int
 from topodra.common.topology.pci import nearest_function
-from topodra.common.topology.reader import SysfsReader
+from topodra.common.topology.reader import SysfsReader, is_link
 
 NET_DIR = "sys/class/net"
 IB_DIR = "sys/class/infiniband"
@@ -51,7 +51,7 @@ def read_interfaces(
     for entry in sorted(r.scandir(NET_DIR), key=lambda e: e.name):
         name = entry.name
         rel = f"{NET_DIR}/{name}"
-        d, device_path = _where(r, rel, entry.is_symlink())
+        d, device_path = _where(r, rel, is_link(entry))
         virtual = device_path is None or device_path.startswith("sys/devices/virtual/")
         pci = None if virtual or device_path is None else nearest_function(device_path)
         mac = r.read(f"{d}/address", quiet_errors=_QUIET)
@@ -109,7 +109,7 @@ def read_rdma(r: SysfsReader, functions: dict[str, PciFunction]) -> tuple[RdmaDe
     out = []
     for e in entries:
         rel = f"{IB_DIR}/{e.name}"
-        d, device_path = _where(r, rel, e.is_symlink())
+        d, device_path = _where(r, rel, is_link(e))
         pci = nearest_function(device_path) if device_path else None
         fn = functions.get(pci) if pci else None
         # netdevs of the same function (RoCE / IPoIB), read where the function really lives

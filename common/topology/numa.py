@@ -6,7 +6,7 @@ import re
 
 from topodra.common.topology.model import NumaNode
 from topodra.common.topology.parse import parse_int, read_cpus
-from topodra.common.topology.reader import SysfsReader
+from topodra.common.topology.reader import SysfsReader, is_dir
 
 NODE_DIR = "sys/devices/system/node"
 _NODE_NAME = re.compile(r"node(\d+)\Z")
@@ -34,7 +34,7 @@ def read_nodes(r: SysfsReader, usable: frozenset[int]) -> tuple[NumaNode, ...]:
     ids = []
     for entry in r.scandir(NODE_DIR):
         m = _NODE_NAME.match(entry.name)
-        if m and entry.is_dir():
+        if m and is_dir(entry):
             ids.append(int(m.group(1)))
     if not ids:
         return ()

@@ -16,7 +16,7 @@ import re
 
 from topodra.common.topology.model import DeviceNode, PcieLink, PcieRoot, PciFunction, Sriov
 from topodra.common.topology.parse import parse_int, read_cpus, read_hex
-from topodra.common.topology.reader import SysfsReader
+from topodra.common.topology.reader import SysfsReader, is_dir, is_link
 
 BUS_DIR = "sys/bus/pci/devices"
 BDF = re.compile(r"[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\Z")
@@ -78,7 +78,7 @@ class _Finder:
         if self._index is None:
             self._index = {}
             for e in self._r.scandir("sys/devices"):
-                if e.name not in _NOT_PCI_HOSTS and e.is_dir(follow_symlinks=False):
+                if e.name not in _NOT_PCI_HOSTS and is_dir(e, follow=False):
                     self._walk(f"sys/devices/{e.name}", ROOT.match(e.name) is not None, 0)
         return self._index.get(name.lower())
 
@@ -86,7 +86,7 @@ class _Finder:
         if depth > _WALK_DEPTH:
             return
         for e in self._r.scandir(rel):
-            if not e.is_dir(follow_symlinks=False):
+            if not is_dir(e, follow=False):
                 continue
             is_fn = BDF.match(e.name) is not None
             is_root = ROOT.match(e.name) is not None
@@ -285,7 +285,7 @@ def read_functions(r: SysfsReader, usable: frozenset[int]) -> tuple[PciFunction,
             continue
         address = name.lower()
         d: str | None
-        if entry.is_symlink():
+        if is_link(entry):
             path = r.resolve_link(rel)
             if path is None:
                 r.warn(rel, "link points outside the tree")

@@ -112,3 +112,18 @@ class SysfsReader:
         if ok and self._record:
             self.dirs.add(rel)
         return ok
+
+
+def is_dir(entry: os.DirEntry[str], *, follow: bool = True) -> bool:
+    """DirEntry.is_dir without its OSError (a racing or unreadable entry is simply not a folder)."""
+    try:
+        return entry.is_dir(follow_symlinks=follow)
+    except OSError:
+        return False
+
+
+def is_link(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_symlink()
+    except OSError:
+        return False

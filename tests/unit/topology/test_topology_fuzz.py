@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from topodra.common.topology import discover
+from topodra.common.topology import NotASysfsTree, discover
 from topodra.common.topology.discover import discover_with
 from topodra.common.topology.reader import SysfsReader
 
@@ -93,3 +93,56 @@ def test_every_structured_name_is_exercised(tree: tuple[Path, list[str]]) -> Non
     names = {f.rsplit("/", 1)[-1] for f in files}
     missing = STRUCTURED - names - {"core_siblings", "thread_siblings", "cpulist"}  # alternatives
     assert not missing
+
+
+@pytest.fixture(scope="module")
+def touched(tree: tuple[Path, list[str]]) -> tuple[Path, list[str]]:
+    """Every path discovery touches (files, links, folders) in the fuzz tree, for shape changes."""
+    root, _ = tree
+    r = SysfsReader(root, record=True)
+    discover_with(r)
+    return root, sorted(set(r.files) | r.links | r.listed | r.dirs)
+
+
+SHAPES = ["dir", "file", "loop", "dangling", "fifo", "absolute"]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_shape_changes_never_raise(
+    touched: tuple[Path, list[str]], tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    """A file turned folder, a folder turned file, links that loop or dangle, a FIFO: no exception."""
+    import os
+    import shutil
+
+    root, paths = touched
+    rel = data.draw(st.sampled_from(paths), label="path")
+    shape = data.draw(st.sampled_from(SHAPES), label="shape")
+    p = root / rel
+    aside = tmp_path_factory.mktemp("aside") / "original"
+    os.rename(p, aside)  # moved out whole (file, link or folder), moved back below
+    try:
+        if shape == "dir":
+            p.mkdir()
+        elif shape == "file":
+            p.write_bytes(b"\xff\x00garbage")
+        elif shape == "loop":
+            os.symlink(p.name, p)
+        elif shape == "dangling":
+            os.symlink("../../nowhere/at/all", p)
+        elif shape == "fifo":
+            os.mkfifo(p)
+        else:
+            os.symlink("/sys/devices/system/cpu", p)  # absolute: the tree's own sys/, never the host's
+        try:
+            discover(root)
+        except NotASysfsTree:
+            # the one refusal allowed: the change removed sys/devices/system/cpu itself
+            assert "sys/devices/system/cpu".startswith(rel)
+    finally:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        elif p.exists() or p.is_symlink():
+            p.unlink()
+        os.rename(aside, p)
