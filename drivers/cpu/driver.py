@@ -1,0 +1,263 @@
+"""`CpuDriver`: the cpu.topodra.io Driver (common/runtime/driver.py) over one machine's topology.
+
+Prepare turns each allocation result into exclusive CPUs inside the allocated device (policy.py
+chooses, holdings.py guarantees nobody else has them) and into CDI edits that pin the container
+(pinning.py, hooks/cpuset.sh). The checkpointed `Preparation.state` lists the CPUs of every
+result, which is all `restore()` needs after a restart.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from topodra.common import logs
+from topodra.common.cdi.edits import ContainerEdits
+from topodra.common.device import Device
+from topodra.common.publisher import quantity
+from topodra.common.runtime.driver import (
+    AllocatedDevice,
+    ClaimRef,
+    DeviceHealth,
+    OpaqueConfig,
+    Preparation,
+    PreparedDevice,
+    PrepareError,
+)
+from topodra.common.topology.model import Topology
+from topodra.drivers.cpu import config as cpuconfig
+from topodra.drivers.cpu import devices as layout
+from topodra.drivers.cpu import health, pinning, policy
+from topodra.drivers.cpu.holdings import Conflict, Holding, Holdings, StateError, from_state, to_state
+from topodra.drivers.cpu.options import CpuOptions
+
+CONSUMABLE_FEATURE = "DRAConsumableCapacity"
+CORE_ADVICE = (
+    "the API server dropped allowMultipleAllocations/requestPolicy (feature gate DRAConsumableCapacity "
+    "is off, the default before 1.36): each NUMA device is now handed to one claim as a whole; "
+    "run the CPU driver with --cpu-device-granularity core on this cluster"
+)
+
+
+def _label(claim: ClaimRef) -> str:
+    return f"claim {claim.namespace}/{claim.name}"
+
+
+class CpuDriver:
+    name = layout.DRIVER
+
+    def __init__(self, topology: Topology, options: CpuOptions, sysfs_root: Path) -> None:
+        self.topology = topology
+        self.options = options
+        self.sysfs_root = sysfs_root
+        self.groups = {g.name: g for g in layout.groups(topology, options) if g.cpus}
+        self._devices = tuple(layout.build_devices(topology, options))
+        self._holdings = Holdings()
+        self._lock = threading.Lock()
+        self._advised = False
+        self._log = logs.get("topodra.drivers.cpu", driver=self.name)
+        missing = sorted(options.reserved - set(topology.usable_cpus()))
+        if missing:
+            self._log.warning(f"reserved CPUs {policy.fmt(missing)} are not usable CPUs of this machine")
+        for w in topology.warnings:
+            self._log.warning(f"topology: {w}", path=w.path)
+        self._log.info(
+            f"{len(self._devices)} CPU devices ({options.granularity} granularity) over "
+            f"{sum(len(g.cpus) for g in self.groups.values())} CPUs",
+            devices=[d.name for d in self._devices],
+        )
+
+    # --- Driver protocol ------------------------------------------------------------------------
+
+    def devices(self) -> Sequence[Device]:
+        return self._devices
+
+    def prepare(
+        self, claim: ClaimRef, results: Sequence[AllocatedDevice], config: Sequence[OpaqueConfig]
+    ) -> Preparation:
+        with self._lock:
+            hook = self._hook(claim)
+            plan = self._plan(claim, results, config)
+            try:
+                self._holdings.set_claim(claim.uid, plan)
+            except Conflict as e:  # the plan avoided held CPUs, so this is a bug or a bad restore
+                raise PrepareError(f"{_label(claim)}: {e}") from e
+        prepared = []
+        every: set[int] = set()
+        for h in plan:
+            every.update(h.cpus)
+            edits = pinning.device_edits(claim.uid, h.device, h.share_id, h.cpus, h.mems, hook)
+            prepared.append(PreparedDevice(h.request, h.pool, h.device, edits, h.share_id))
+            self._log.info(
+                f"{_label(claim)}: device {h.device} gets CPUs {policy.fmt(h.cpus)}",
+                **logs.claim(claim),
+                device=h.device,
+                cpus=policy.fmt(h.cpus),
+                mems=policy.fmt(h.mems) if h.mems is not None else None,
+            )
+        # admin-access results hold no CPUs: they are listed without pinning
+        for a in results:
+            if a.admin_access:
+                prepared.append(PreparedDevice(a.request, a.pool, a.device, share_id=a.share_id))
+        claim_edits = (
+            ContainerEdits(env=(pinning.claim_env(claim.uid, every),)) if every else ContainerEdits()
+        )
+        return Preparation(
+            devices=tuple(prepared),
+            claim_edits=claim_edits,
+            state=to_state(plan),
+        )
+
+    def unprepare(self, claim: ClaimRef, preparation: Preparation) -> None:
+        with self._lock:
+            gone = self._holdings.release(claim.uid)
+        for h in gone:
+            self._log.info(
+                f"{_label(claim)}: released CPUs {policy.fmt(h.cpus)} of device {h.device}",
+                **logs.claim(claim),
+                device=h.device,
+            )
+
+    def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:
+        with self._lock:
+            self._holdings.clear()
+            for claim in sorted(prepared, key=lambda c: c.uid):
+                try:
+                    held = from_state(claim.uid, prepared[claim].state)
+                except StateError as e:
+                    self._log.error(
+                        f"{_label(claim)}: checkpoint state unusable, its CPUs are not tracked: {e}",
+                        **logs.claim(claim),
+                    )
+                    continue
+                try:
+                    self._holdings.set_claim(claim.uid, held)
+                except Conflict as e:
+                    self._log.error(
+                        f"{_label(claim)}: checkpoint gives it CPUs of another claim: {e}",
+                        **logs.claim(claim),
+                    )
+                    continue
+                for h in held:
+                    if h.device not in self.groups or not set(h.cpus) <= set(self.groups[h.device].cpus):
+                        self._log.warning(
+                            f"{_label(claim)}: holds CPUs {policy.fmt(h.cpus)} of device {h.device}, "
+                            "which no longer has them all (CPUs offline or options changed); they stay held",
+                            **logs.claim(claim),
+                            device=h.device,
+                        )
+            count = len(self._holdings.claims())
+        self._log.info(f"restored CPU holdings of {count} claims")
+
+    def health(self) -> Mapping[str, DeviceHealth]:
+        return health.health(self.sysfs_root, {name: g.cpus for name, g in self.groups.items()})
+
+    # --- extras for the runtime -----------------------------------------------------------------
+
+    def holdings(self) -> dict[str, tuple[Holding, ...]]:
+        """A snapshot: claim uid -> what it holds."""
+        with self._lock:
+            return self._holdings.claims()
+
+    def on_publisher_status(self, status: Any) -> None:
+        """Fits SlicePublisher(on_status=...): turns a dropped-field report into advice."""
+        dropped = getattr(status, "dropped_features", ()) or ()
+        if CONSUMABLE_FEATURE in dropped:
+            self._advise()
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _advise(self) -> None:
+        if self.options.granularity == "core" or self._advised:
+            return
+        self._advised = True
+        self._log.warning(CORE_ADVICE, feature=CONSUMABLE_FEATURE)
+
+    def _hook(self, claim: ClaimRef) -> Path | None:
+        if self.options.pinning != "hook":
+            return None
+        path = self.options.hook_dir / pinning.HOOK_NAME
+        problem = pinning.hook_problem(path)
+        if problem is not None:
+            raise PrepareError(f"{_label(claim)}: {problem}")
+        return path
+
+    def _count(self, claim: ClaimRef, a: AllocatedDevice, g: layout.CpuGroup) -> int:
+        if not g.multi:
+            return len(g.cpus)
+        raw = a.consumed_capacity.get(layout.CAPACITY)
+        if raw is None:
+            # Without DRAConsumableCapacity the scheduler allocates the device as a whole.
+            self._advise()
+            return len(g.cpus)
+        try:
+            value: Fraction = quantity.parse(raw)
+        except quantity.QuantityError as e:
+            raise PrepareError(
+                f"{_label(claim)}: request {a.request!r}: consumedCapacity {layout.CAPACITY} {raw!r}: {e}"
+            ) from e
+        if value.denominator != 1 or value < 1:
+            raise PrepareError(
+                f"{_label(claim)}: request {a.request!r}: consumedCapacity {layout.CAPACITY} is {raw!r}, "
+                "not a whole number of CPUs"
+            )
+        if value > len(g.cpus):
+            raise PrepareError(
+                f"{_label(claim)}: request {a.request!r}: consumedCapacity {raw} exceeds the "
+                f"{len(g.cpus)} CPUs of device {g.name}"
+            )
+        return int(value)
+
+    def _plan(
+        self, claim: ClaimRef, results: Sequence[AllocatedDevice], configs: Sequence[OpaqueConfig]
+    ) -> list[Holding]:
+        """Every result's CPUs, decided before anything is recorded (all or nothing)."""
+        earlier = {h.key(): h for h in self._holdings.of_claim(claim.uid)}
+        others = self._holdings.held_by_others(claim.uid)
+        taken: set[int] = set()
+        plan: list[Holding] = []
+        per_request: dict[str, list[AllocatedDevice]] = {}
+        for a in results:
+            if not a.admin_access:
+                per_request.setdefault(a.request, []).append(a)
+        for request, allocated in per_request.items():
+            cfg = cpuconfig.for_request(claim, configs, request)
+            named: set[int] = set()
+            for a in allocated:
+                g = self.groups.get(a.device)
+                if g is None:
+                    raise PrepareError(
+                        f"{_label(claim)}: device {a.device!r} is not a CPU device of this node"
+                    )
+                where = f"{_label(claim)}: request {request!r}, device {g.name}"
+                again = earlier.get((a.request, a.pool, a.device, a.share_id))
+                if again is not None and not taken.intersection(again.cpus):
+                    plan.append(again)  # prepared before: same answer, nothing redone
+                    taken.update(again.cpus)
+                    continue
+                want = policy.Request(self._count(claim, a, g), cfg.full_cores, cfg.core_type)
+                free = set(g.cpus) - others - taken
+                try:
+                    if cfg.cpus is not None:
+                        mine = cfg.cpus if len(allocated) == 1 else cfg.cpus & set(g.cpus)
+                        chosen = policy.check_explicit(g.cores, free, mine, want, g.name)
+                        named.update(chosen)
+                    else:
+                        chosen = policy.choose(g.cores, free, want, g.name)
+                except policy.PolicyError as e:
+                    field = f" ({cfg.cpus_source})" if cfg.cpus is not None else ""
+                    raise PrepareError(f"{where}{field}: {e}") from e
+                taken.update(chosen)
+                mems = (
+                    pinning.memory_nodes(self.topology, chosen) if self.options.pin_memory == "auto" else None
+                )
+                plan.append(Holding(claim.uid, a.request, a.pool, a.device, a.share_id, chosen, mems))
+            if cfg.cpus is not None and len(allocated) > 1 and named != cfg.cpus:
+                raise PrepareError(
+                    f"{_label(claim)}: request {request!r} ({cfg.cpus_source}): CPUs "
+                    f"{policy.fmt(cfg.cpus - named)} are in none of the allocated devices"
+                )
+        return plan
