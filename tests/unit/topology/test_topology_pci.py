@@ -262,3 +262,15 @@ def test_no_pci_at_all(tmp_path: Path) -> None:
     basic_machine(tmp_path, cpus=2)
     t = discover(tmp_path)
     assert t.pci_devices == () and t.pcie_roots == () and t.net_interfaces == ()
+
+
+def test_hosts_outside_devices_pci_have_no_upstream_pcie_root(tmp_path: Path) -> None:
+    tree = basic_machine(tmp_path, cpus=2)
+    hv = "LNXSYSTM:00/LNXSYBUS:00/PNP0A03:00/device:07/VMBUS:01/47505500-0001-0000-3130-444531303244"
+    tree.pci(f"{hv}/pci7870:00/7870:00:00.0", class_="0x020000")  # Hyper-V vPCI
+    tree.pci("platform/soc/1000.pcie/pci0000:00/0000:00:00.0", class_="0x060400")  # an ARM SoC host
+    t = discover(tmp_path)
+    hyperv, soc = fn(t, "7870:00:00.0"), fn(t, "0000:00:00.0")
+    assert hyperv.pcie_root is None and hyperv.root_bus == "pci7870:00"
+    assert soc.pcie_root is None and soc.root_bus == "pci0000:00"
+    assert t.pcie_roots == ()
