@@ -112,7 +112,9 @@ def apiserver_store() -> Iterator[tuple[Any, Any]]:
     from tests.unit.runtime_claims.claimkit import KubeClaimStore
 
     with running_control_plane() as cp:
-        api = cp.api_client()
+        cfg = cp.api_client().configuration
+        cfg.connection_pool_maxsize = 64  # as kube_claim_source() sets it
+        api = client.ApiClient(cfg)
         ns = f"bench-{uuid.uuid4().hex[:6]}"
         client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
         store = KubeClaimStore(api)

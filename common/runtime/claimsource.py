@@ -81,4 +81,7 @@ def kube_claim_source(kubeconfig: str | None, timeout: float = 10.0) -> KubeClai
         config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
     else:
         config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    # concurrent prepares GET in parallel: keep enough kept-alive connections that none pays a
+    # fresh TLS handshake (urllib3 drops connections beyond the pool size)
+    cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, 64)
     return KubeClaimSource(client.ApiClient(cfg), timeout)
