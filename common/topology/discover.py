@@ -25,9 +25,10 @@ def check_root(root: str | os.PathLike[str]) -> None:
 
 def _numa_of_cpus(nodes: tuple[NumaNode, ...]) -> dict[int, int]:
     # Buggy firmware can list one CPU in several nodes: the lowest node wins, as for packages.
+    # Offline CPUs keep their node too (all_cpus), so a user sees where they would come back.
     out: dict[int, int] = {}
     for node in nodes:
-        for c in node.cpus:
+        for c in node.all_cpus:
             out.setdefault(c, node.id)
     return out
 
