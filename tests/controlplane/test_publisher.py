@@ -352,3 +352,20 @@ def _eventually(check: Any, timeout: float) -> bool:
             return True
         time.sleep(0.1)
     return bool(check())
+
+
+def test_long_node_names_keep_decodable_slice_names(
+    control_plane: ControlPlane, publishers: list[SlicePublisher]
+) -> None:
+    """generateName prefixes are cut to 58 characters (ours, like the server's); the index survives."""
+    long = Node(unique_name("a-rather-long-node-name-in-some-rack-of-some-zone"), "")
+    long.uid = control_plane.create_node(long.name)
+    pub = publisher(control_plane, long, cpus(130), publishers)
+    assert pub.wait_synced(30), pub.status()
+    items = stored(control_plane, CPU, long.name)
+    assert [len(o["metadata"]["name"]) for o in items] == [63, 63]
+    assert [o["metadata"]["name"][:6] for o in items] == ["00000-", "00001-"]
+    pub.stop()
+    again = publisher(control_plane, long, cpus(130), publishers)
+    assert again.wait_synced(30)
+    assert writes(again) == {}
