@@ -199,7 +199,8 @@ def test_a_concurrent_write_is_retried_and_both_entries_survive(kube: tuple[Any,
     ref = allocated_claim(admin, ns, node, [(DRIVER, "pci-0000-3b-00-0"), ("gpu.example.com", "gpu-0")])
     writer = KubeClaimStatusWriter(cp.driver_client("nic", node), DRIVER)
     objs = client.CustomObjectsApi(admin)
-    real_get = writer._api.get_namespaced_custom_object
+    api: Any = writer._api
+    real_get = api.get_namespaced_custom_object
     interfered: list[str] = []
 
     def get_then_someone_else_writes(*args: Any, **kwargs: Any) -> Any:
@@ -211,7 +212,7 @@ def test_a_concurrent_write_is_retried_and_both_entries_survive(kube: tuple[Any,
             interfered.append(cur["metadata"]["resourceVersion"])
         return obj
 
-    writer._api.get_namespaced_custom_object = get_then_someone_else_writes  # type: ignore[method-assign]
+    api.get_namespaced_custom_object = get_then_someone_else_writes
     writer.set_devices(ref, [AllocatedDeviceStatus(node, "pci-0000-3b-00-0", conditions=ready())])
     assert interfered
     got = status_devices(admin, ref)
