@@ -82,6 +82,7 @@ class SlicePublisher:
         backoff_max: float = 30.0,
         limits: Limits = DEFAULT_LIMITS,
         on_status: Callable[[PublisherStatus], None] | None = None,
+        delete_slices_on_stop: bool = False,
     ) -> None:
         self.api: SliceApi = api_client if hasattr(api_client, "create_slice") else KubeSliceApi(api_client)
         self.driver_name = driver_name
@@ -93,6 +94,7 @@ class SlicePublisher:
         self._watch_timeout = watch_timeout
         self._limits = limits
         self._on_status = on_status
+        self._delete_on_stop = delete_slices_on_stop
         self._log = logs.get(__name__, driver=driver_name, pool=node_name)
 
         self._cond = threading.Condition(threading.RLock())
@@ -165,10 +167,13 @@ class SlicePublisher:
             self._threads.append(thread)
             thread.start()
 
-    def stop(self, delete_slices: bool = False, timeout: float = 10.0) -> None:
+    def stop(self, delete_slices: bool | None = None, timeout: float = 10.0) -> None:
         """Stop both threads. Slices stay by default: the kubelet and Node GC remove them, and a
-        restarted driver adopts them without a write. `delete_slices=True` (the
-        `--delete-slices-on-exit` option, for uninstalls) deletes them, best effort within `timeout`."""
+        restarted driver adopts them without a write. `delete_slices=True` (default: the
+        constructor's `delete_slices_on_stop`, i.e. `--delete-slices-on-exit`, for uninstalls)
+        deletes them, best effort within `timeout`."""
+        if delete_slices is None:
+            delete_slices = self._delete_on_stop
         deadline = time.monotonic() + timeout
         self._stopping.set()
         with self._cond:

@@ -213,3 +213,13 @@ def test_retained_devices_stay_published(api: FakeSliceApi, publishers: list[Sli
         "vf-2",
         "vf-3",
     ]
+
+
+def test_delete_slices_on_stop_is_a_constructor_option(
+    api: FakeSliceApi, publishers: list[SlicePublisher]
+) -> None:
+    """`serve --delete-slices-on-exit` sets it; the runtime then calls plain stop()."""
+    pub = start(api, publishers, nics(3), delete_slices_on_stop=True)
+    assert pub.wait_synced(5)
+    pub.stop()
+    assert api.objects == {}
