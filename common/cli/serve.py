@@ -46,6 +46,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--no-publish", action="store_true", help="do not write ResourceSlices (testing)")
+    p.add_argument(
+        "--delete-slices-on-exit",
+        action="store_true",
+        help="delete our ResourceSlices when stopping (uninstall); default: keep them, the kubelet "
+        "and Node GC clean up and a restart adopts them without writes",
+    )
     for kind in registry.KINDS:
         try:
             module = registry.module(kind)
@@ -71,13 +77,13 @@ def _api_client(kubeconfig: str | None) -> Any:
     return client.ApiClient(cfg)
 
 
-def _publisher(api_client: Any, driver: str, node: str) -> Any:
+def _publisher(api_client: Any, driver: str, node: str, delete_on_exit: bool = False) -> Any:
     try:
         from topodra.common.publisher.publisher import SlicePublisher
     except ImportError:
         logs.get(__name__, driver=driver).warning("no slice publisher available; devices are not published")
         return None
-    return SlicePublisher(api_client, driver, node)
+    return SlicePublisher(api_client, driver, node, delete_slices_on_stop=delete_on_exit)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,7 +129,11 @@ def build(args: argparse.Namespace, kinds: list[str]) -> tuple[list[Any], Any]:
     services = []
     for kind in kinds:
         driver = registry.create(kind, common)
-        publisher = None if args.no_publish else _publisher(api, driver.name, args.node_name)
+        publisher = (
+            None
+            if args.no_publish
+            else _publisher(api, driver.name, args.node_name, getattr(args, "delete_slices_on_exit", False))
+        )
         services.append(
             DriverService.create(
                 driver,
