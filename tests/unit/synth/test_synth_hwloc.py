@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import math
+import shutil
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from synth_cases import ALL, Built
 from synth_hwloc import HwObj, HwTopology, lstopo_available, parse_xml, run_lstopo
+from topodra.common.synth import Plan, SpecError, build, make_plan, parse_spec
 from topodra.common.synth.spec import LinkSpec
 
 from tests.conftest import skip_or_fail
@@ -47,27 +55,18 @@ def hwloc_view(synth_tree: Callable[[str], Built]) -> Callable[[str], tuple[Buil
 
 def link_gbytes(link: LinkSpec) -> float:
     encoding = 0.8 if link.gen <= 2 else 128 / 130
-    return LANE_GTS[link.gen] * link.width * encoding / 8
+    lanes: int = link.width
+    return LANE_GTS[link.gen] * lanes * encoding / 8
 
 
-@pytest.mark.parametrize("name", ALL)
-def test_cpus_cores_caches_and_packages(
-    name: str, hwloc_view: Callable[[str], tuple[Built, HwTopology]]
-) -> None:
-    built, topo = hwloc_view(name)
-    plan = built.plan
+def check_cpus(plan: Plan, topo: HwTopology) -> None:
     online = set(plan.online)
     assert {int(o.attrs["os_index"]) for o in topo.of("PU")} == online
     packages = sorted((int(p.attrs["os_index"]), p.cpuset) for p in topo.of("Package"))
-    expected_packages = sorted(
-        {
-            (c.socket, frozenset(x.id for x in plan.cpus if x.socket == c.socket and x.online))
-            for c in plan.cpus
-            if c.online
-        }
-    )
-    assert packages == expected_packages
-    assert len(packages) == built.spec.cpu.sockets
+    sockets = sorted({c.socket for c in plan.cpus if c.online})
+    assert packages == [
+        (s, frozenset(c.id for c in plan.cpus if c.socket == s and c.online)) for s in sockets
+    ]
     cores = sorted(sorted(o.cpuset) for o in topo.of("Core"))
     assert cores == sorted(on for k in plan.cores if (on := sorted(set(k.cpus) & online)))
     caches = sorted(
@@ -79,7 +78,34 @@ def test_cpus_cores_caches_and_packages(
         (k.level, k.type, k.size_kib, on) for k in plan.caches if (on := sorted(set(k.cpus) & online))
     )
     for p in topo.of("Package"):
-        assert p.infos.get("CPUModel") == built.spec.cpu.model_name  # from proc/cpuinfo
+        assert p.infos.get("CPUModel") == plan.spec.cpu.model_name  # from proc/cpuinfo
+
+
+def check_numa(plan: Plan, topo: HwTopology) -> None:
+    online = set(plan.online)
+    nodes = {int(o.attrs["os_index"]): o for o in topo.of("NUMANode")}
+    assert sorted(nodes) == [n.id for n in plan.nodes]
+    for n in plan.nodes:
+        o = nodes[n.id]
+        assert int(o.attrs["local_memory"]) == n.memory_kib * 1024
+        if set(n.cpus) & online:
+            assert o.cpuset == set(n.cpus) & online, n.id
+        else:
+            # a node whose CPUs are all offline: hwloc places it near CPUs of its own socket, or nowhere
+            assert o.cpuset <= {c.id for c in plan.cpus if c.socket == n.socket and c.online}, n.id
+    if len(plan.nodes) > 1:
+        indexes, values = topo.distances["NUMALatency"]
+        assert indexes == [n.id for n in plan.nodes]
+        assert values == [d for n in plan.nodes for d in n.distances]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_cpus_cores_caches_and_packages(
+    name: str, hwloc_view: Callable[[str], tuple[Built, HwTopology]]
+) -> None:
+    built, topo = hwloc_view(name)
+    check_cpus(built.plan, topo)
+    assert len(topo.of("Package")) == built.spec.cpu.sockets
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -87,18 +113,59 @@ def test_numa_nodes_memory_and_distances(
     name: str, hwloc_view: Callable[[str], tuple[Built, HwTopology]]
 ) -> None:
     built, topo = hwloc_view(name)
-    plan = built.plan
-    online = set(plan.online)
-    nodes = sorted(
-        (int(o.attrs["os_index"]), sorted(o.cpuset), int(o.attrs["local_memory"]))
-        for o in topo.of("NUMANode")
-    )
-    assert nodes == [(n.id, sorted(set(n.cpus) & online), n.memory_kib * 1024) for n in plan.nodes]
-    assert len(nodes) == built.spec.cpu.sockets * built.spec.cpu.numa_nodes_per_socket
-    if len(plan.nodes) > 1:
-        indexes, values = topo.distances["NUMALatency"]
-        assert indexes == [n.id for n in plan.nodes]
-        assert values == [d for n in plan.nodes for d in n.distances]
+    check_numa(built.plan, topo)
+    assert len(topo.of("NUMANode")) == built.spec.cpu.sockets * built.spec.cpu.numa_nodes_per_socket
+
+
+@st.composite
+def cpu_specs(draw: st.DrawFn) -> dict[str, Any]:
+    """CPU layouts within what real machines do: every grouping divides the socket evenly."""
+    dies = draw(st.sampled_from([1, 2]))
+    nodes = draw(st.sampled_from([1, 2, 4]))
+    step = dies * nodes // math.gcd(dies, nodes)
+    cores = step * draw(st.integers(1, 4))
+    threads = draw(st.integers(1, 4))
+    sockets = draw(st.integers(1, 3))
+    total = sockets * cores * threads
+    l2_cores = draw(st.sampled_from([d for d in (1, 2) if (cores // step) % d == 0 or d == 1]))
+    offline = draw(st.sets(st.integers(0, total - 1), max_size=total - 1))
+    return {
+        "name": "random",
+        "cpu": {
+            "sockets": sockets,
+            "dies_per_socket": dies,
+            "numa_nodes_per_socket": nodes,
+            "cores_per_socket": cores,
+            "threads_per_core": threads,
+            "smt_numbering": draw(st.sampled_from(["spread", "adjacent"])),
+            "offline_cpus": sorted(offline),
+            "caches": {
+                "l2": {"size_kib": 1024, "cores": l2_cores},
+                "l3": {"size_kib": 8192, "scope": draw(st.sampled_from(["socket", "die", "numa_node"]))},
+            },
+        },
+    }
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=cpu_specs())
+def test_random_cpu_layouts_read_back_as_declared(raw: dict[str, Any], synth_base: Path) -> None:
+    if not lstopo_available():
+        skip_or_fail("lstopo-no-graphics (Debian hwloc) is not installed")
+    try:
+        plan = make_plan(parse_spec(raw))
+    except SpecError as exc:
+        assert "overlap without one holding the other" in str(exc)
+        return
+    out = Path(tempfile.mkdtemp(dir=synth_base))
+    try:
+        build(plan.spec, out)
+        topo = hwloc_of(Built(name="random", root=out, plan=plan))
+        check_cpus(plan, topo)
+        check_numa(plan, topo)
+    finally:
+        shutil.rmtree(out)
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -177,7 +244,7 @@ def test_hybrid_core_kinds_by_frequency(hwloc_view: Callable[[str], tuple[Built,
 
 
 def _pci_class(o: HwObj) -> str:
-    return o.attrs["pci_type"].split()[0]
+    return str(o.attrs["pci_type"].split()[0])
 
 
 def test_each_gpu_shares_a_switch_with_exactly_one_nic(
