@@ -20,6 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -30,7 +31,7 @@ from topodra.common.publisher import compare
 from topodra.common.publisher.api import ApiError, KubeSliceApi, SliceApi, WatchStream
 from topodra.common.publisher.backoff import Backoff
 from topodra.common.publisher.build import merge_retained, slice_specs
-from topodra.common.publisher.plan import SyncPlan, infer_dropped, plan_sync
+from topodra.common.publisher.plan import Delete, SyncPlan, infer_dropped, plan_sync
 from topodra.common.publisher.validation import DEFAULT_LIMITS, Limits, Problem, validate
 from topodra.common.runtime import metrics
 
@@ -83,6 +84,7 @@ class SlicePublisher:
         limits: Limits = DEFAULT_LIMITS,
         on_status: Callable[[PublisherStatus], None] | None = None,
         delete_slices_on_stop: bool = False,
+        write_parallelism: int = 4,
     ) -> None:
         self.api: SliceApi = api_client if hasattr(api_client, "create_slice") else KubeSliceApi(api_client)
         self.driver_name = driver_name
@@ -95,6 +97,7 @@ class SlicePublisher:
         self._limits = limits
         self._on_status = on_status
         self._delete_on_stop = delete_slices_on_stop
+        self._write_parallelism = write_parallelism
         self._log = logs.get(__name__, driver=driver_name, pool=node_name)
 
         self._cond = threading.Condition(threading.RLock())
@@ -304,23 +307,41 @@ class SlicePublisher:
             self._trigger(self._resync_delay)
 
     def _execute(self, plan: SyncPlan) -> None:
-        api = self.api
-        for delete in plan.deletes:
-            with self._cond:  # forget it first: its DELETED event must not look foreign
-                self._cache.pop(delete.name, None)
-            self._write("delete", partial(api.delete_slice, delete.name, delete.uid, delete.resource_version))
-        for body in plan.updates:
-            stored = self._write("update", partial(api.replace_slice, body["metadata"]["name"], body), body)
-            if stored is None:  # list attributes rejected: the same slice again without them
-                body = _without_lists(body)
-                stored = self._write("update", partial(api.replace_slice, body["metadata"]["name"], body))
-            self._stored(body, stored)
-        for body in plan.creates:
-            stored = self._write("create", partial(api.create_slice, body), body)
-            if stored is None:  # retried at once: a later pass would see a new slice and bump
-                body = _without_lists(body)
-                stored = self._write("create", partial(api.create_slice, body))
-            self._stored(body, stored)
+        """Deletes, then updates, then creates; the writes of one phase are independent of each
+        other and go out in parallel (a repaired 300-VF pool is 5 writes, not 5 round trips)."""
+        self._phase(plan.deletes, self._delete)
+        self._phase(plan.updates, partial(self._put, "update"))
+        self._phase(plan.creates, partial(self._put, "create"))
+
+    def _phase(self, items: Sequence[Any], action: Callable[[Any], None]) -> None:
+        if len(items) <= 1 or self._write_parallelism <= 1:
+            for item in items:
+                action(item)
+            return
+        with ThreadPoolExecutor(min(self._write_parallelism, len(items)), "slices-write") as pool:
+            futures = [pool.submit(action, item) for item in items]
+        for future in futures:
+            if (error := future.exception()) is not None:
+                raise error
+
+    def _delete(self, delete: Delete) -> None:
+        with self._cond:  # forget it first: its DELETED event must not look foreign
+            self._cache.pop(delete.name, None)
+        self._write(
+            "delete", partial(self.api.delete_slice, delete.name, delete.uid, delete.resource_version)
+        )
+
+    def _put(self, verb: str, body: dict[str, Any]) -> None:
+        def call(b: Mapping[str, Any]) -> Callable[[], Any]:
+            if verb == "update":
+                return partial(self.api.replace_slice, b["metadata"]["name"], b)
+            return partial(self.api.create_slice, b)
+
+        stored = self._write(verb, call(body), body)
+        if stored is None:  # list attributes rejected: the same slice again at once, without them
+            body = _without_lists(body)  # (a later pass would see a new slice and bump the generation)
+            stored = self._write(verb, call(body))
+        self._stored(body, stored)
 
     def _write(self, verb: str, call: Callable[[], Any], body: Mapping[str, Any] | None = None) -> Any:
         try:
