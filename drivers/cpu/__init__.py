@@ -6,6 +6,7 @@ Kept light: the registry imports this module to add flags; the driver itself loa
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from topodra.drivers.cpu import options as _options
@@ -21,8 +22,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _options.add_arguments(parser)
 
 
+def discovery_root(path: Path) -> Path:
+    """The folder that contains `sys/`. Given the sysfs mount itself (`serve` defaults
+    --sysfs-root to /sys), its parent is meant."""
+    if path.name == "sys" and not (path / "sys").is_dir() and (path / "devices" / "system" / "cpu").is_dir():
+        return path.parent
+    return path
+
+
 def create(options: CommonOptions) -> CpuDriver:
     from topodra.common.topology import discover
     from topodra.drivers.cpu.driver import CpuDriver
 
-    return CpuDriver(discover(options.sysfs_root), _options.from_args(options.args), options.sysfs_root)
+    root = discovery_root(Path(options.sysfs_root))
+    return CpuDriver(discover(root), _options.from_args(options.args), root)

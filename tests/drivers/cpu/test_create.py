@@ -1,0 +1,59 @@
+"""The registry entry point: flags parsed by the CLI's parser become the driver's options."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+from topodra.drivers import registry
+from topodra.drivers.cpu import NAME, discovery_root
+
+from tests.conftest import FixtureTrees
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    registry.add_arguments(parser, ["cpu"])
+    return parser.parse_args(argv)
+
+
+def test_flags_reach_the_driver(fixture_trees: FixtureTrees, tmp_path: Path) -> None:
+    root = fixture_trees.root("hwloc--32intel64-2p8co2t+8ve")
+    args = parse(
+        ["--cpu-device-granularity", "core", "--cpu-reserved-cpus", "0,16", "--cpu-hook-dir", str(tmp_path)]
+    )
+    driver = registry.create("cpu", registry.CommonOptions(root, "node-a", args))
+    assert driver.name == NAME
+    names = [d.name for d in driver.devices()]
+    assert len(names) == 15 and "core-0-0" not in names  # core (0,16) is reserved
+
+
+def test_default_flags(fixture_trees: FixtureTrees) -> None:
+    root = fixture_trees.root("hwloc--32intel64-2p8co2t+8ve")
+    driver = registry.create("cpu", registry.CommonOptions(root, "node-a", parse([])))
+    assert [d.name for d in driver.devices()] == ["numa-0", "numa-1"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--cpu-reserved-cpus", "0-"], ["--cpu-device-granularity", "thread"], ["--cpu-pinning", "nri"]],
+)
+def test_bad_flags_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse(argv)
+    assert "--cpu-" in capsys.readouterr().err
+
+
+def test_relative_hook_dir_is_refused(fixture_trees: FixtureTrees) -> None:
+    root = fixture_trees.root("hwloc--32intel64-2p8co2t+8ve")
+    with pytest.raises(ValueError, match="--cpu-hook-dir must be an absolute path"):
+        registry.create("cpu", registry.CommonOptions(root, "node-a", parse(["--cpu-hook-dir", "hooks"])))
+
+
+def test_sysfs_mount_itself_is_accepted(fixture_trees: FixtureTrees) -> None:
+    root = fixture_trees.root("hwloc--32intel64-2p8co2t+8ve")
+    assert discovery_root(root / "sys") == root
+    assert discovery_root(root) == root
+    via_mount = registry.create("cpu", registry.CommonOptions(root / "sys", "node-a", parse([])))
+    assert [d.name for d in via_mount.devices()] == ["numa-0", "numa-1"]
