@@ -36,8 +36,10 @@ def ifname_problem(name: str) -> str | None:
     """Why the kernel (dev_valid_name) or our hook would refuse `name` as an interface name.
 
     The kernel allows up to IFNAMSIZ-1 bytes and forbids '/', ':' and whitespace and the names
-    '.' and '..'. We also refuse control characters and non-ASCII (shell and log safety) and
-    `lo` (every namespace already has one).
+    '.' and '..'; it treats '%' as a pattern (`eth%d` becomes `eth0`), and refuses `all` and
+    `default` (the per-protocol sysctl folders of those names). We also refuse control
+    characters and non-ASCII (shell and log safety), `lo` (every namespace already has one) and
+    `bonding_masters` (a sysfs file under /sys/class/net once bonding is loaded).
     """
     if not name:
         return "must not be empty"
@@ -47,12 +49,16 @@ def ifname_problem(name: str) -> str | None:
         return "must not be '.' or '..'"
     if "/" in name or ":" in name:
         return "must not contain '/' or ':'"
+    if "%" in name:
+        return "must not contain '%' (the kernel would take it as a name pattern)"
     if any(c.isspace() for c in name):
         return "must not contain whitespace"
     if not name.isascii() or not name.isprintable():
         return "must be printable ASCII"
     if name == "lo":
         return "must not be 'lo' (every network namespace has its own loopback)"
+    if name in ("all", "default", "bonding_masters"):
+        return f"must not be {name!r} (a name the kernel reserves under /proc/sys/net or /sys/class/net)"
     return None
 
 
