@@ -44,9 +44,7 @@ def test_a_link_event_triggers_one_rescan_within_2_s() -> None:
         subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", name + "p"], check=True)
         assert calls.event.wait(2.0), "no rescan within 2 s of the event"
         assert calls.times[0] - began < 2.0
-        time.sleep(0.5)
-        assert len(calls.times) == 1  # the burst (two links, their queues) gave one rescan
-        assert rescanner.events >= 2
+        assert rescanner.events >= 1  # (other tests may add links too: no exact counts here)
     finally:
         subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)
         rescanner.stop()
@@ -78,3 +76,39 @@ def test_a_failing_callback_does_not_stop_rescanning() -> None:
     time.sleep(0.7)
     rescanner.stop()
     assert len(count) >= 2
+
+
+class PipeMonitor:
+    """Stands in for pyudev's monitor (a readable fd + poll()), so a burst can be exact."""
+
+    def __init__(self) -> None:
+        self.read, self.write = os.pipe()
+
+    def fileno(self) -> int:
+        return self.read
+
+    def poll(self, timeout: float = 0) -> Any:
+        os.read(self.read, 1)
+        return type("Dev", (), {"subsystem": "net", "action": "add", "sys_path": "/sys/x"})()
+
+    def emit(self, n: int) -> None:
+        os.write(self.write, b"e" * n)
+
+
+def test_a_burst_of_events_gives_one_rescan() -> None:
+    calls = Calls()
+    monitor = PipeMonitor()
+    rescanner = Rescanner(calls, period=3600, debounce=0.2, open_monitor=lambda s: monitor)
+    rescanner.start()
+    try:
+        began = time.monotonic()
+        monitor.emit(12)
+        assert calls.event.wait(2.0)
+        time.sleep(0.4)
+        assert len(calls.times) == 1 and rescanner.events == 12
+        assert calls.times[0] - began < 1.0
+        calls.event.clear()
+        monitor.emit(1)  # a later event: another rescan
+        assert calls.event.wait(2.0) and len(calls.times) == 2
+    finally:
+        rescanner.stop()
