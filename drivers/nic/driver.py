@@ -13,6 +13,7 @@ Allocated NICs stay published with their last-known attributes while they are in
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import queue
 import re
@@ -380,8 +381,10 @@ class NicDriver:
             return
         att = held.attachment
         try:
-            ips = tuple(iplink.addresses(att.container_name, att.pin))
-        except iplink.IpError:
+            found = iplink.addresses(att.container_name, att.pin)
+            # link-local addresses exist on every link and say nothing about the pod's network
+            ips = tuple(a for a in found if not ipaddress.ip_interface(a).ip.is_link_local)
+        except (iplink.IpError, ValueError):
             ips = att.ips
         held.reported_attached = True
         self._status.set(

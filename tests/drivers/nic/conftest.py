@@ -13,12 +13,14 @@ import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
+from topodra.common.runtime.driver import ClaimRef
 from topodra.common.synth import build, load_spec, shipped_spec_names
 
 from tests.conftest import skip_or_fail
@@ -157,3 +159,68 @@ def process_in(ns: str) -> Iterator[int]:
     finally:
         proc.kill()
         proc.wait()
+
+
+# --- the control-plane tier -----------------------------------------------------------------------
+
+GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceclaims"
+
+
+@pytest.fixture(scope="module")
+def kube(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any, str, str]]:
+    """(control plane, admin ApiClient, namespace, node name) for this module."""
+    try:
+        cp = request.getfixturevalue("control_plane")
+    except pytest.FixtureLookupError:
+        pytest.skip("the control_plane fixture (tests/controlplane) is not available")
+    api = cp.api_client()
+    ns = f"nic-{uuid.uuid4().hex[:8]}"
+    node = f"nic-node-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    cp.create_node(node)
+    yield cp, api, ns, node
+    client.CoreV1Api(api).delete_namespace(ns)
+    client.CoreV1Api(api).delete_node(node)
+
+
+def allocated_claim(
+    api: Any, ns: str, node: str, devices: list[tuple[str, str]], config: Sequence[dict[str, Any]] = ()
+) -> ClaimRef:
+    """A claim allocated (as the scheduler would, via the status subresource) to `node`;
+    `devices` = (driver, device) pairs, `config` = allocation config entries."""
+    objs = client.CustomObjectsApi(api)
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "nic.topodra.io"}}]}
+        },
+    }
+    created: Any = objs.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+    created["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "nic", "driver": drv, "pool": node, "device": dev} for drv, dev in devices
+                ],
+                "config": list(config),
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+        }
+    }
+    objs.replace_namespaced_custom_object_status(GROUP, VERSION, ns, PLURAL, name, created)
+    return ClaimRef(ns, name, created["metadata"]["uid"])
+
+
+def status_devices(api: Any, ref: ClaimRef) -> list[dict[str, Any]]:
+    obj: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ref.namespace, PLURAL, ref.name
+    )
+    devices: list[dict[str, Any]] = (obj.get("status") or {}).get("devices") or []
+    return devices

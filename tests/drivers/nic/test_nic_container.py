@@ -10,16 +10,20 @@ here) under a fresh claim UID and is removed by unprepare.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from topodra.common.cdi.spec import CdiWriter
 from topodra.common.runtime.checkpoint import Checkpoint
 from topodra.common.runtime.claims import ClaimManager, cdi_kind
+from topodra.common.runtime.claimsource import KubeClaimSource
+from topodra.common.runtime.claimstatus import KubeClaimStatusWriter
+from topodra.common.runtime.driver import Health
 from topodra.drivers.nic.devices import DRIVER, Selection
 from topodra.drivers.nic.driver import NicDriver, NicOptions
 
-from tests.container.podman import busybox_image, run  # noqa: F401  (fixture)
-from tests.drivers.nic.conftest import Links, host_link
+from tests.container.podman import RUN_FLAGS, busybox_image, podman, run  # noqa: F401  (fixture)
+from tests.drivers.nic.conftest import Links, allocated_claim, host_link, status_devices
 from tests.unit.runtime_claims.claimkit import NODE, MemoryClaimStore, Result, claim_object, new_uid
 
 CDI_ROOT = Path("/var/run/cdi")
@@ -100,3 +104,94 @@ def test_pod_gets_the_veth_under_the_requested_name_and_unprepare_returns_it(
         if not unprepared:
             m.unprepare([ref])
         m.close()
+
+
+@pytest.mark.container
+@pytest.mark.controlplane
+def test_end_to_end_claim_from_the_api_server_into_a_running_container(
+    busybox_image: str,  # noqa: F811
+    links: Links,
+    kube: tuple[Any, Any, str, str],
+    tmp_path: Path,
+) -> None:
+    """The claim lives in the real kube-apiserver and is read, and its status written, with the
+    NIC driver's node-bound token. While the container runs, the driver sees the interface in
+    the pinned namespace and reports it Attached with the pod-side addresses."""
+    cp, admin, ns, node = kube
+    peer_ns = links.netns("p")
+    host, peer = links.name("h0"), links.name("q0")
+    mac = links.veth(host, peer, peer_ns)
+    device = f"net-{host}"
+    config = {
+        "source": "FromClaim",
+        "requests": [],
+        "opaque": {
+            "driver": DRIVER,
+            "parameters": {
+                "apiVersion": "nic.topodra.io/v1alpha1",
+                "kind": "NicConfig",
+                "interfaceName": "net7",
+                "ips": ["192.0.2.45/24"],
+            },
+        },
+    }
+    ref = allocated_claim(admin, ns, node, [(DRIVER, device)], [config])
+    token_client = cp.driver_client("nic", node)
+    driver = NicDriver(
+        NicOptions(
+            node_name=node,
+            selection=Selection(include_virtual=True, include_interfaces=(f"tdn{links.tag}*",)),
+            hook_dir=tmp_path / "hooks",
+            state_dir=tmp_path / "state",
+            rescan_interval=0.0,
+        )
+    )
+    driver.set_status_writer(KubeClaimStatusWriter(token_client, DRIVER))
+    m = ClaimManager(
+        driver,
+        node,
+        KubeClaimSource(token_client),
+        Checkpoint(tmp_path / "ckpt", DRIVER),
+        CdiWriter(CDI_ROOT, cdi_kind(DRIVER)),
+    )
+    m.start()
+    links.track_mount(str(tmp_path / "state" / "netns" / f"{ref.uid}_{device}"))
+    name = f"tdn-{links.tag}"
+    out = m.prepare([ref])[ref.uid]
+    try:
+        assert not out.error, out.error
+        ids = [i for d in out.devices for i in d.cdi_device_ids]
+        assert driver.flush_status(30)
+        (entry,) = status_devices(admin, ref)
+        assert entry["conditions"][0]["reason"] == "Prepared"
+        assert entry["networkData"] == {
+            "interfaceName": "net7",
+            "hardwareAddress": mac,
+            "ips": ["192.0.2.45/24"],
+        }
+
+        args = ["run", "-d", "--name", name, *RUN_FLAGS[1:]]
+        for i in ids:
+            args += ["--device", i]
+        started = podman(*args, busybox_image, "sleep", "120")
+        assert started.returncode == 0, started.stderr
+        seen = podman("exec", name, "ip", "-o", "link", "show", "net7")
+        assert seen.returncode == 0 and mac in seen.stdout, seen.stdout + seen.stderr
+
+        health = driver.health()[device]  # looks into the pinned namespace
+        assert health.health is Health.UNHEALTHY, health  # its peer is down
+        assert health.message.startswith("net7 (in pod): "), health
+        assert driver.flush_status(30)
+        (entry,) = status_devices(admin, ref)
+        assert entry["conditions"][0]["reason"] == "Attached"
+        assert entry["networkData"]["ips"] == ["192.0.2.45/24"]  # observed inside the pod
+        assert device in {d.name for d in driver.devices()}
+    finally:
+        podman("rm", "-f", "-t", "0", name)
+        result = m.unprepare([ref])
+        m.close()
+    assert result == {ref.uid: ""}
+    link = host_link(host)
+    assert link is not None and link["address"] == mac
+    assert driver.flush_status(30)
+    assert status_devices(admin, ref) == []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,6 @@ from topodra.common.runtime.claimstatus import KubeClaimStatusWriter, merge
 from topodra.common.runtime.driver import (
     AllocatedDevice,
     AllocatedDeviceStatus,
-    ClaimRef,
     ClaimStatusError,
     DeviceCondition,
     NetworkDeviceData,
@@ -28,9 +27,7 @@ from topodra.common.runtime.driver import (
 from topodra.drivers.nic.devices import DRIVER
 from topodra.drivers.nic.driver import NicDriver, NicOptions
 
-from tests.drivers.nic.conftest import SynthTree
-
-GROUP, VERSION, PLURAL = "resource.k8s.io", "v1", "resourceclaims"
+from tests.drivers.nic.conftest import GROUP, PLURAL, VERSION, SynthTree, allocated_claim, status_devices
 
 
 def ready(reason: str = "Prepared") -> tuple[DeviceCondition, ...]:
@@ -87,63 +84,6 @@ def test_merge_keys_on_share_id() -> None:
 
 
 # --- real kube-apiserver -------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def kube(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any, str, str]]:
-    """(control plane, admin ApiClient, namespace, node name) for this module."""
-    try:
-        cp = request.getfixturevalue("control_plane")
-    except pytest.FixtureLookupError:
-        pytest.skip("the control_plane fixture (tests/controlplane) is not available")
-    api = cp.api_client()
-    ns = f"nic-{uuid.uuid4().hex[:8]}"
-    node = f"nic-node-{uuid.uuid4().hex[:6]}"
-    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-    cp.create_node(node)
-    yield cp, api, ns, node
-    client.CoreV1Api(api).delete_namespace(ns)
-    client.CoreV1Api(api).delete_node(node)
-
-
-def allocated_claim(api: Any, ns: str, node: str, devices: list[tuple[str, str]]) -> ClaimRef:
-    """A claim allocated (as the scheduler would, via the status subresource) to `node`;
-    `devices` = (driver, device) pairs."""
-    objs = client.CustomObjectsApi(api)
-    name = f"c-{uuid.uuid4().hex[:8]}"
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {
-            "devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "nic.topodra.io"}}]}
-        },
-    }
-    created: Any = objs.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
-    created["status"] = {
-        "allocation": {
-            "devices": {
-                "results": [
-                    {"request": "nic", "driver": drv, "pool": node, "device": dev} for drv, dev in devices
-                ]
-            },
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-                ]
-            },
-        }
-    }
-    objs.replace_namespaced_custom_object_status(GROUP, VERSION, ns, PLURAL, name, created)
-    return ClaimRef(ns, name, created["metadata"]["uid"])
-
-
-def status_devices(api: Any, ref: ClaimRef) -> list[dict[str, Any]]:
-    obj: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
-        GROUP, VERSION, ref.namespace, PLURAL, ref.name
-    )
-    devices: list[dict[str, Any]] = (obj.get("status") or {}).get("devices") or []
-    return devices
 
 
 @pytest.mark.controlplane
