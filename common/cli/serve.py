@@ -129,6 +129,10 @@ def build(args: argparse.Namespace, kinds: list[str]) -> tuple[list[Any], Any]:
     services = []
     for kind in kinds:
         driver = registry.create(kind, common)
+        if hasattr(driver, "set_status_writer"):  # StatusWritingDriver (the NIC driver)
+            from topodra.common.runtime.claimstatus import KubeClaimStatusWriter
+
+            driver.set_status_writer(KubeClaimStatusWriter(api, driver.name))
         publisher = (
             None
             if args.no_publish
