@@ -91,6 +91,8 @@ class SlicePublisher:
         self.node_name = node_name
         self.field_selector = f"spec.driver={driver_name},spec.nodeName={node_name}"
         self._node_uid = node_uid
+        self._recheck_node = False  # set after a foreign delete when we looked the UID up ourselves
+        self._uid_given = node_uid is not None
         self._resync_delay = resync_delay
         self._resync_period = resync_period
         self._watch_timeout = watch_timeout
@@ -259,9 +261,15 @@ class SlicePublisher:
             specs = self._specs
         if specs is None:
             return
-        if self._node_uid is None:
+        if self._node_uid is None or self._recheck_node:
+            # Also after someone deleted our slices: a re-created Node has a new UID, and slices
+            # owned by the old one would be garbage-collected as soon as we write them.
             node = self.api.get_node(self.node_name)
-            self._node_uid = str(node["metadata"]["uid"])
+            uid = str(node["metadata"]["uid"])
+            if self._node_uid is not None and uid != self._node_uid:
+                self._log.warning("node was re-created; owning slices by its new UID", node_uid=uid)
+            self._node_uid = uid
+            self._recheck_node = False
         if self._need_relist:
             items, version = self.api.list_slices(self.field_selector)
             with self._cond:
@@ -482,6 +490,7 @@ class SlicePublisher:
                 if known is None:
                     return str(version) if version else None  # our own delete
                 del self._cache[name]
+                self._recheck_node = not self._uid_given
             else:
                 if known is not None and not _newer(obj, known):
                     return str(version) if version else None  # our own write, already applied

@@ -369,3 +369,31 @@ def test_long_node_names_keep_decodable_slice_names(
     again = publisher(control_plane, long, cpus(130), publishers)
     assert again.wait_synced(30)
     assert writes(again) == {}
+
+
+def test_a_recreated_node_gets_its_slices_back_owned_by_the_new_uid(
+    control_plane: ControlPlane, node: Node, publishers: list[SlicePublisher]
+) -> None:
+    """Deleting the Node garbage-collects its slices (real kube-controller-manager GC); when the
+    node comes back under the same name, our slices return with the new owner UID. Admin
+    credentials here: a driver token is bound to a pod that goes away with the node."""
+    pub = SlicePublisher(KubeSliceApi(control_plane.api_client()), CPU, node.name, backoff_max=2.0)
+    publishers.append(pub)
+    pub.set_devices(cpus(4))
+    pub.start()
+    assert pub.wait_synced(30)
+    core = k8s.CoreV1Api(control_plane.api_client())
+    core.delete_node(node.name)
+    assert _eventually(lambda: stored(control_plane, CPU, node.name) == [], 30), (
+        "GC did not remove the slices"
+    )
+    new_uid = control_plane.create_node(node.name)
+    assert new_uid != node.uid
+
+    def owned_by_new_node() -> bool:
+        items = stored(control_plane, CPU, node.name)
+        return len(items) == 1 and items[0]["metadata"]["ownerReferences"][0]["uid"] == new_uid
+
+    assert _eventually(owned_by_new_node, 30)
+    time.sleep(3)  # and the GC leaves them alone now
+    assert owned_by_new_node()
