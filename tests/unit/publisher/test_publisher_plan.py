@@ -204,3 +204,19 @@ def test_list_attributes_are_stripped_when_their_gate_is_off() -> None:
     stripped = compare.strip_features(spec, {compare.LIST_ATTRIBUTES})
     assert stripped["devices"][0]["attributes"] == {"x": {"int": 1}}
     assert not compare.uses_list_attributes(stripped)
+
+
+def test_features_a_previous_instance_found_off_are_read_from_its_slices() -> None:
+    from topodra.common.publisher.plan import infer_dropped
+
+    devices = [Device("vf-0", {"x": 1}, taints=(Taint("nic.topodra.io/link"),)), Device("vf-1", {"x": 2})]
+    specs = slice_specs(DRIVER, NODE, devices)
+    (obj,) = publish(devices)
+    assert infer_dropped(specs, [obj], driver_name=DRIVER, node_name=NODE) == set()
+    without_taints = copy.deepcopy(obj)
+    del without_taints["spec"]["devices"][0]["taints"]
+    assert infer_dropped(specs, [without_taints], driver_name=DRIVER, node_name=NODE) == {compare.TAINTS}
+    # a slice that also differs otherwise is drift to repair, not a disabled gate
+    edited = copy.deepcopy(without_taints)
+    edited["spec"]["devices"][1]["attributes"]["x"] = {"int": 3}
+    assert infer_dropped(specs, [edited], driver_name=DRIVER, node_name=NODE) == set()
