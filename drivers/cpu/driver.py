@@ -35,6 +35,12 @@ from topodra.drivers.cpu.holdings import Conflict, Holding, Holdings, StateError
 from topodra.drivers.cpu.options import CpuOptions
 
 CONSUMABLE_FEATURE = "DRAConsumableCapacity"
+LIST_FEATURE = "DRAListTypeAttributes"
+LIST_ADVICE = (
+    "the API server rejects list-typed attributes (feature gate DRAListTypeAttributes is off): "
+    "the publisher leaves numaNode, pcieRoot and l3CacheID out of the slices; "
+    "run the CPU driver without --cpu-list-attributes on this cluster"
+)
 CORE_ADVICE = (
     "the API server dropped allowMultipleAllocations/requestPolicy (feature gate DRAConsumableCapacity "
     "is off, the default before 1.36): each NUMA device is now handed to one claim as a whole; "
@@ -58,6 +64,7 @@ class CpuDriver:
         self._holdings = Holdings()
         self._lock = threading.Lock()
         self._advised = False
+        self._advised_lists = False
         self._log = logs.get("topodra.drivers.cpu", driver=self.name)
         missing = sorted(options.reserved - set(topology.usable_cpus()))
         if missing:
@@ -167,6 +174,9 @@ class CpuDriver:
         dropped = getattr(status, "dropped_features", ()) or ()
         if CONSUMABLE_FEATURE in dropped:
             self._advise()
+        if LIST_FEATURE in dropped and self.options.list_attributes and not self._advised_lists:
+            self._advised_lists = True
+            self._log.warning(LIST_ADVICE, feature=LIST_FEATURE)
 
     # --- internals ------------------------------------------------------------------------------
 
