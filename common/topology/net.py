@@ -48,7 +48,7 @@ def read_interfaces(
     r: SysfsReader, functions: dict[str, PciFunction], rdma_by_pci: dict[str, list[str]]
 ) -> tuple[NetInterface, ...]:
     out = []
-    for entry in sorted(r.scandir(NET_DIR), key=lambda e: e.name):
+    for entry in r.scandir(NET_DIR):
         name = entry.name
         rel = f"{NET_DIR}/{name}"
         d, device_path = _where(r, rel, is_link(entry))
@@ -82,13 +82,13 @@ def read_interfaces(
 
 
 def read_rdma(r: SysfsReader, functions: dict[str, PciFunction]) -> tuple[RdmaDevice, ...]:
-    entries = sorted(r.scandir(IB_DIR), key=lambda e: e.name)
+    entries = r.scandir(IB_DIR)
     if not entries:
         return ()
     # character devices (uverbsN, umadN, issmN) name their RDMA device in `ibdev`
     chars: dict[str, list[DeviceNode]] = {}
     for cls, pattern, kind, dev_dir in _IB_CHAR_CLASSES:
-        for e in sorted(r.scandir(cls), key=lambda e: e.name):
+        for e in r.scandir(cls):
             if not pattern.match(e.name):
                 continue
             ibdev = r.read(f"{cls}/{e.name}/ibdev")

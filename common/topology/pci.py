@@ -151,12 +151,12 @@ def _basename_link(r: SysfsReader, rel: str) -> str | None:
 def _device_nodes(r: SysfsReader, d: str, address: str, scan_gpu: bool) -> list[DeviceNode]:
     nodes: list[DeviceNode] = []
     if scan_gpu:
-        for e in sorted(r.scandir(f"{d}/drm"), key=lambda e: e.name):
+        for e in r.scandir(f"{d}/drm"):
             if _DRM.match(e.name):
                 major, minor = _dev_numbers(r, f"{d}/drm/{e.name}/dev")
                 kind = "drm-render" if e.name.startswith("render") else "drm-card"
                 nodes.append(DeviceNode(kind, e.name, f"/dev/dri/{e.name}", major, minor, address))
-        for e in sorted(r.scandir(f"{d}/accel"), key=lambda e: e.name):
+        for e in r.scandir(f"{d}/accel"):
             if _ACCEL.match(e.name):
                 major, minor = _dev_numbers(r, f"{d}/accel/{e.name}/dev")
                 nodes.append(DeviceNode("accel", e.name, f"/dev/accel/{e.name}", major, minor, address))
@@ -168,7 +168,7 @@ def _vfio_nodes(r: SysfsReader, d: str, address: str, group: int | None) -> list
     if group is not None:
         major, minor = _dev_numbers(r, f"sys/class/vfio/{group}/dev")
         nodes.append(DeviceNode("vfio-group", str(group), f"/dev/vfio/{group}", major, minor, address))
-    for e in sorted(r.scandir(f"{d}/vfio-dev"), key=lambda e: e.name):
+    for e in r.scandir(f"{d}/vfio-dev"):
         if _VFIO_DEV.match(e.name):
             major, minor = _dev_numbers(r, f"{d}/vfio-dev/{e.name}/dev")
             path = f"/dev/vfio/devices/{e.name}"

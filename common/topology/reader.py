@@ -17,6 +17,10 @@ from topodra.common.topology.model import DiscoveryWarning
 _MAX_READ = 1 << 16
 
 
+def _name(entry: os.DirEntry[str]) -> str:
+    return entry.name
+
+
 class SysfsReader:
     """Reads small text files, links and listings under a root; optionally remembers them."""
 
@@ -92,10 +96,13 @@ class SysfsReader:
         return clean
 
     def scandir(self, rel: str) -> list[os.DirEntry[str]]:
-        """Entries of a folder (empty when it is absent); a listing counts as reading the folder."""
+        """Entries of a folder by name (empty when it is absent); a listing counts as reading it.
+
+        Sorted, so reads and warnings come in the same order on the machine and in its capture.
+        """
         try:
             with os.scandir(self._prefix + rel) as it:
-                entries = list(it)
+                entries = sorted(it, key=_name)
         except OSError as e:
             if e.errno not in (errno.ENOENT, errno.ENOTDIR):
                 self.warn(rel, f"unlistable: {e.strerror}")
