@@ -2,15 +2,15 @@
 
 CDI cannot express a cpuset, so each prepared CDI device carries
 - `TOPODRA_CPUS_<CLAIM UID>_<DEVICE>[_<SHARE ID>]=<cpu list>` (and `TOPODRA_MEMS_...=<nodes|none>`),
-  one per allocation result, and
+  one per allocation result, for the workload to read, and
 - a `createRuntime` hook, `<hook dir>/cpuset.sh <cpus> <mems|none>`, run by the OCI runtime on the
-  host once the container's cgroup exists (state JSON with its pid on stdin).
-The claim-wide edits add `TOPODRA_CPUS_<CLAIM UID>=<every CPU of the claim>` for workloads.
+  host once the container's cgroup exists (state JSON with its pid and bundle on stdin).
+The claim-wide edits add `TOPODRA_CPUS_<CLAIM UID>=<every CPU of the claim>`.
 
-The hook pins the container to the union of every per-result `TOPODRA_CPUS_<uid>_...` entry in
-the bundle's config.json: a container given several CPU claims (each with its own hook) ends on
-all their CPUs whichever hook runs last, and a container that references only some requests of
-a claim gets only theirs (the claim-wide variable is ignored by the hook).
+The hook takes its CPUs from its own arguments only, never from the container's environment
+(which the pod's author controls). A container given several CPU devices runs one hook per
+device; each hook adds its CPUs to a record in the container's bundle folder and writes the
+union so far, so the last one leaves the container on all of them.
 """
 
 from __future__ import annotations

@@ -5,21 +5,26 @@
 #
 #   cpuset.sh <cpus> <mems|none>        container state JSON (with "pid", "bundle") on stdin
 #
-# CPUs: the union of this device's <cpus> and of every per-result TOPODRA_CPUS_<uid>_<device>
-# entry in the bundle's config.json, so several CPU claims on one container add up whichever
-# hook runs last. Memory nodes likewise from TOPODRA_MEMS_*; any "none" leaves memory alone.
+# One hook runs per prepared CPU device the container got (CDI adds one per device), one after
+# the other. Each adds its CPUs (and memory nodes) to a record in the container's bundle folder
+# and writes the union so far, so a container with several CPU claims ends on all of their CPUs
+# and one with a single claim on exactly its CPUs. Nothing is read from the container's own
+# configuration: its environment is the user's to set, and must not widen the cpuset.
+# Memory nodes: "none" from any device leaves memory unrestricted (the parent's nodes).
+#
 # cgroup v1 (also hybrid): <cpuset mount><path of the cpuset line>/cpuset.cpus; cgroup v2:
 # <cgroup2 mount><path of the 0:: line>/cpuset.cpus, enabling +cpuset in the ancestors'
 # cgroup.subtree_control first. The result is read back from the effective file; any mismatch
 # or failed write exits 1, which makes the runtime fail the container: a container that runs
 # unpinned while its claim says it is pinned is the failure this hook exists to prevent.
 #
-# POSIX sh + sed, grep, sort, tr: nothing else is needed on the host. TOPODRA_PROC (default
-# /proc) exists for tests that point the hook at a prepared tree.
+# POSIX sh + sed, grep, sort, tr, head: nothing else is needed on the host. TOPODRA_PROC
+# (default /proc) exists for tests that point the hook at a prepared tree.
 
 set -u
 set -f
 PROC=${TOPODRA_PROC:-/proc}
+RECORD=topodra-cpuset.state
 
 die() {
 	echo "topodra cpuset hook: $*" >&2
@@ -55,6 +60,14 @@ check() { # file expected-normalized what
 	[ "$(normalize "$got")" = "$2" ] || die "$3 is '$got' after writing '$2' ($1)"
 }
 
+# The first top-level value of a key in the runtime's state JSON. The state lists ociVersion,
+# id, status, pid and bundle before annotations, which come from the pod and must not win.
+state_value() { # key
+	printf '%s\n' "$state" | tr ',{}' '\n\n\n' |
+		sed -n "s/^[[:space:]]*\"$1\"[[:space:]]*:[[:space:]]*\"\{0,1\}\([^\"]*\)\"\{0,1\}[[:space:]]*\$/\1/p" |
+		head -n 1
+}
+
 [ $# -ge 1 ] || die "usage: cpuset.sh <cpus> [<mems>|none] (container state on stdin)"
 cpus=$1
 mems=${2:-none}
@@ -62,30 +75,28 @@ is_list "$cpus" || die "CPU list argument '$cpus' is not a CPU list"
 [ "$mems" = none ] || is_list "$mems" || die "memory node argument '$mems' is not a list"
 
 state=$(cat)
-pid=$(printf '%s\n' "$state" | sed -n 's/.*"pid"[[:space:]]*:[[:space:]]*\([0-9][0-9]*\).*/\1/p' | head -n 1)
-bundle=$(printf '%s\n' "$state" | sed -n 's/.*"bundle"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p' | head -n 1)
-[ -n "$pid" ] || die "no pid in the container state on stdin"
+pid=$(state_value pid)
+bundle=$(state_value bundle)
+case "$pid" in
+'' | *[!0-9]*) die "no pid in the container state on stdin" ;;
+esac
 
-uid='[0-9A-F]{8}_[0-9A-F]{4}_[0-9A-F]{4}_[0-9A-F]{4}_[0-9A-F]{12}'
-if [ -n "$bundle" ] && [ -r "$bundle/config.json" ]; then
-	# every JSON string on a line of its own, then the per-result entries only
-	for entry in $(tr '"' '\n' <"$bundle/config.json" | grep -E "^TOPODRA_(CPUS|MEMS)_${uid}_[A-Z0-9_]+=[0-9a-z,-]*\$"); do
-		value=${entry#*=}
-		case "$entry" in
-		TOPODRA_CPUS_*)
-			is_list "$value" || die "bad CPU list in $entry"
-			cpus="$cpus,$value"
-			;;
-		TOPODRA_MEMS_*)
-			if [ "$value" = none ] || [ "$mems" = none ]; then
+# what earlier hooks of this container recorded
+had_mems=no
+if [ -n "$bundle" ] && [ -r "$bundle/$RECORD" ]; then
+	while IFS='=' read -r key value; do
+		case "$key" in
+		cpus) is_list "$value" && cpus="$cpus,$value" ;;
+		mems)
+			had_mems=yes
+			if [ "$value" = none ] || ! is_list "$value"; then
 				mems=none
-			else
-				is_list "$value" || die "bad memory node list in $entry"
+			elif [ "$mems" != none ]; then
 				mems="$mems,$value"
 			fi
 			;;
 		esac
-	done
+	done <"$bundle/$RECORD"
 fi
 cpus=$(normalize "$cpus")
 [ "$mems" = none ] || mems=$(normalize "$mems")
@@ -119,25 +130,19 @@ done <"$PROC/mounts"
 if [ -n "$v1path" ] && [ -n "$v1mount" ]; then
 	dir="$v1mount${v1path%/}"
 	[ -d "$dir" ] || die "cpuset cgroup $dir of pid $pid does not exist"
-	write "$dir/cpuset.cpus" "$cpus"
-	effective="$dir/cpuset.effective_cpus"
-	[ -e "$effective" ] || effective="$dir/cpuset.cpus"
-	check "$effective" "$cpus" "cpuset"
-	if [ "$mems" != none ]; then
-		write "$dir/cpuset.mems" "$mems"
-		effective="$dir/cpuset.effective_mems"
-		[ -e "$effective" ] || effective="$dir/cpuset.mems"
-		check "$effective" "$mems" "cpuset.mems"
-	fi
+	cpus_file=cpuset.cpus
+	cpus_effective=cpuset.effective_cpus
+	mems_file=cpuset.mems
+	mems_effective=cpuset.effective_mems
+	parent_mems=cpuset.mems
 elif [ -n "$v2path" ] && [ -n "$v2mount" ]; then
 	grep -qw cpuset "$v2mount/cgroup.controllers" 2>/dev/null ||
 		die "the cpuset controller is not available in cgroup v2 at $v2mount"
 	dir=$v2mount
-	rest=${v2path#/}
 	# enable cpuset for the children of every ancestor, root first
 	old_ifs=$IFS
 	IFS=/
-	for part in $rest; do
+	for part in ${v2path#/}; do
 		IFS=$old_ifs
 		[ -n "$part" ] || continue
 		if ! grep -qw cpuset "$dir/cgroup.subtree_control" 2>/dev/null; then
@@ -147,13 +152,30 @@ elif [ -n "$v2path" ] && [ -n "$v2mount" ]; then
 	done
 	IFS=$old_ifs
 	[ -d "$dir" ] || die "cgroup $dir of pid $pid does not exist"
-	write "$dir/cpuset.cpus" "$cpus"
-	check "$dir/cpuset.cpus.effective" "$cpus" "cpuset.cpus.effective"
-	if [ "$mems" != none ]; then
-		write "$dir/cpuset.mems" "$mems"
-		check "$dir/cpuset.mems.effective" "$mems" "cpuset.mems.effective"
-	fi
+	cpus_file=cpuset.cpus
+	cpus_effective=cpuset.cpus.effective
+	mems_file=cpuset.mems
+	mems_effective=cpuset.mems.effective
+	parent_mems=cpuset.mems.effective
 else
 	die "pid $pid has no cpuset cgroup (v1) or unified cgroup (v2) in $cgfile / $PROC/mounts"
+fi
+
+write "$dir/$cpus_file" "$cpus"
+[ -e "$dir/$cpus_effective" ] || cpus_effective=$cpus_file
+check "$dir/$cpus_effective" "$cpus" "$cpus_effective"
+if [ "$mems" != none ]; then
+	write "$dir/$mems_file" "$mems"
+	[ -e "$dir/$mems_effective" ] || mems_effective=$mems_file
+	check "$dir/$mems_effective" "$mems" "$mems_effective"
+elif [ "$had_mems" = yes ]; then
+	# an earlier hook restricted memory; this device's CPUs want none: back to the parent's
+	all=$(cat "${dir%/*}/$parent_mems" 2>/dev/null) || die "cannot read ${dir%/*}/$parent_mems"
+	write "$dir/$mems_file" "$all"
+fi
+
+if [ -n "$bundle" ] && [ -d "$bundle" ]; then
+	printf 'cpus=%s\nmems=%s\n' "$cpus" "$mems" >"$bundle/$RECORD" ||
+		die "cannot record the pinned CPUs in $bundle/$RECORD"
 fi
 exit 0

@@ -117,7 +117,6 @@ def per_result(uid: str, device: str, cpus: str, mems: str = "none") -> list[str
 @pytest.mark.parametrize("shell", SHELLS)
 def test_v1_writes_cpuset_and_mems(tmp_path: Path, shell: str) -> None:
     t, ctr = v1_tree(tmp_path)
-    config(t, ["PATH=/bin", *per_result(UID_A, "numa-0", "2-3", "0")])
     out = run(t, ["2-3", "0"], shell)
     assert out.returncode == 0, out.stderr
     assert (ctr / "cpuset.cpus").read_text() == "2,3\n"
@@ -125,40 +124,61 @@ def test_v1_writes_cpuset_and_mems(tmp_path: Path, shell: str) -> None:
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-def test_union_of_every_cpu_claim_of_the_container(tmp_path: Path, shell: str) -> None:
+def test_hooks_of_one_container_add_up(tmp_path: Path, shell: str) -> None:
     t, ctr = v1_tree(tmp_path)
-    claim_wide = pinning.claim_env(UID_A, [0, 1, 2, 3, 4, 5, 6])  # ignored: may cover other requests
-    config(
-        t,
-        [
-            claim_wide,
-            *per_result(UID_A, "numa-0", "1", "0"),
-            *per_result(UID_B, "numa-1", "5-6", "1"),
-            "TOPODRA_CPUS_NOT_A_UID_X=7",
-        ],
-    )
-    out = run(t, ["1", "0"], shell)  # the hook of claim A's device; B's hook would do the same
-    assert out.returncode == 0, out.stderr
+    first = run(t, ["1", "0"], shell)  # claim A's device
+    assert first.returncode == 0, first.stderr
+    assert (ctr / "cpuset.cpus").read_text() == "1\n"
+    second = run(t, ["5-6", "1"], shell)  # claim B's device, same container (same bundle)
+    assert second.returncode == 0, second.stderr
     assert (ctr / "cpuset.cpus").read_text() == "1,5,6\n"
     assert (ctr / "cpuset.mems").read_text() == "0,1\n"
+    again = run(t, ["5-6", "1"], shell)  # a runtime running the hooks twice changes nothing
+    assert again.returncode == 0 and (ctr / "cpuset.cpus").read_text() == "1,5,6\n"
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-def test_memory_left_alone_when_any_result_says_none(tmp_path: Path, shell: str) -> None:
+def test_container_env_cannot_widen_the_cpuset(tmp_path: Path, shell: str) -> None:
     t, ctr = v1_tree(tmp_path)
-    config(t, [*per_result(UID_A, "numa-0", "1", "0"), *per_result(UID_B, "numa-1", "5", "none")])
-    out = run(t, ["1", "0"], shell)
+    # the pod's author can put anything in the environment, including our variable names
+    config(t, [*per_result(UID_B, "numa-0", "0-7", "0"), pinning.claim_env(UID_A, range(8))])
+    out = run(t, ["2", "0"], shell)
+    assert out.returncode == 0, out.stderr
+    assert (ctr / "cpuset.cpus").read_text() == "2\n"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_annotations_cannot_redirect_the_bundle(tmp_path: Path, shell: str) -> None:
+    t, ctr = v1_tree(tmp_path)
+    decoy = tmp_path / "decoy"
+    decoy.mkdir()
+    (decoy / "topodra-cpuset.state").write_text("cpus=0-7\nmems=0\n")
+    state: dict[str, object] = {"annotations": {"bundle": str(decoy), "pid": "1"}}
+    out = run(t, ["3", "none"], shell, state)
+    assert out.returncode == 0, out.stderr
+    assert (ctr / "cpuset.cpus").read_text() == "3\n"
+    assert (decoy / "topodra-cpuset.state").read_text() == "cpus=0-7\nmems=0\n"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_memory_back_to_the_parent_when_a_later_device_says_none(tmp_path: Path, shell: str) -> None:
+    t, ctr = v1_tree(tmp_path)
+    (ctr.parent / "cpuset.mems").write_text("0-1\n")
+    assert run(t, ["1", "0"], shell).returncode == 0
+    assert (ctr / "cpuset.mems").read_text() == "0\n"
+    out = run(t, ["5", "none"], shell)
     assert out.returncode == 0, out.stderr
     assert (ctr / "cpuset.cpus").read_text() == "1,5\n"
-    assert (ctr / "cpuset.mems").read_text() == "0-1\n"  # untouched
+    assert (ctr / "cpuset.mems").read_text() == "0-1\n"  # unrestricted again
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-def test_without_config_json_the_arguments_are_used(tmp_path: Path, shell: str) -> None:
+def test_memory_untouched_when_never_restricted(tmp_path: Path, shell: str) -> None:
     t, ctr = v1_tree(tmp_path)
     out = run(t, ["4,6-7", "none"], shell)
     assert out.returncode == 0, out.stderr
     assert (ctr / "cpuset.cpus").read_text() == "4,6,7\n"
+    assert (ctr / "cpuset.mems").read_text() == "0-1\n"
 
 
 @pytest.mark.parametrize("shell", SHELLS)
@@ -167,7 +187,7 @@ def test_v1_effective_mismatch_fails_the_container(tmp_path: Path, shell: str) -
     (ctr / "cpuset.effective_cpus").write_text("0-7\n")  # what the kernel would show if it ignored us
     out = run(t, ["2", "none"], shell)
     assert out.returncode == 1
-    assert "cpuset is '0-7' after writing '2'" in out.stderr
+    assert "cpuset.effective_cpus is '0-7' after writing '2'" in out.stderr
 
 
 @pytest.mark.parametrize("shell", SHELLS)
@@ -176,7 +196,6 @@ def test_v2_enables_cpuset_in_every_ancestor(tmp_path: Path, shell: str) -> None
     ctr = dirs[-1]
     (ctr / "cpuset.cpus.effective").write_text("3\n")  # stands in for the kernel's answer
     (ctr / "cpuset.mems.effective").write_text("0\n")
-    config(t, per_result(UID_A, "numa-0", "3", "0"))
     out = run(t, ["3", "0"], shell)
     assert out.returncode == 0, out.stderr
     for d in dirs[:-1]:
