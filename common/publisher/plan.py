@@ -5,9 +5,11 @@ from us as from a Go driver:
 - the pool generation starts at the highest stored one; it is kept when no slice is new and at
   most one slice changed (one slice can be swapped atomically), otherwise it goes up by one and
   every slice is rewritten with it and with `resourceSliceCount`;
-- stored slices are matched to desired ones by the index in their name; slices of an older
-  generation, of another pool, with an undecodable name, an index past the desired count or a
-  duplicate index are obsolete and deleted first.
+- stored slices are matched to desired ones by the index in their name; slices of another
+  pool, with an undecodable name, an index past the desired count or a duplicate index are
+  obsolete and deleted first. One deliberate difference: a slice of an older generation at a
+  needed index (left by a sync interrupted half-way, e.g. by a conflict) is updated instead of
+  deleted and re-created, which would count as a new slice and bump the generation again.
 """
 
 from __future__ import annotations
@@ -96,9 +98,7 @@ def plan_sync(
     candidates: dict[int, list[Mapping[str, Any]]] = {}
     for obj in in_pool:
         index = decode_index(str(_meta(obj).get("name", "")), driver_name, node_name)
-        if generation_of(obj) < stored_generation:
-            deletes.append(_delete(obj, "older pool generation"))
-        elif index is None:
+        if index is None:
             deletes.append(_delete(obj, "name without slice index"))
         elif index >= count:
             deletes.append(_delete(obj, "index beyond the desired slice count"))
@@ -112,9 +112,17 @@ def plan_sync(
 
     selected: dict[int, Mapping[str, Any]] = {}
     for index, group in candidates.items():
-        keep = next((o for o in group if matches(index, o, stored_generation)), group[0])
+        # Prefer the newest generation, then the one already right. A slice left at an older
+        # generation (a sync interrupted half-way through a bump) is invisible to consumers
+        # until rewritten, so one update brings it back: cheaper than delete + create + bump.
+        newest = max(generation_of(o) for o in group)
+        current = [o for o in group if generation_of(o) == newest]
+        keep = next((o for o in current if matches(index, o, stored_generation)), current[0])
         selected[index] = keep
-        deletes.extend(_delete(o, "duplicate slice index") for o in group if o is not keep)
+        for o in group:
+            if o is not keep:
+                older = generation_of(o) < newest
+                deletes.append(_delete(o, "older pool generation" if older else "duplicate slice index"))
 
     changed = [i for i, obj in selected.items() if not matches(i, obj, stored_generation)]
     new = [i for i in range(count) if i not in selected]

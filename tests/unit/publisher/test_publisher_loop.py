@@ -223,3 +223,27 @@ def test_delete_slices_on_stop_is_a_constructor_option(
     assert pub.wait_synced(5)
     pub.stop()
     assert api.objects == {}
+
+
+def test_metrics_count_writes_errors_and_the_last_success(
+    api: FakeSliceApi, publishers: list[SlicePublisher]
+) -> None:
+    from prometheus_client import REGISTRY
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, {"driver": "metrics.topodra.io", **labels}) or 0.0
+
+    creates = sample("topodra_resourceslice_writes_total", verb="create")
+    conflicts = sample("topodra_resourceslice_errors_total", verb="update", code="409")
+    pub = SlicePublisher(api, "metrics.topodra.io", NODE, resync_delay=0.1)
+    publishers.append(pub)
+    pub.set_devices(nics(130))
+    pub.start()
+    assert pub.wait_synced(5)
+    api.faults.append(fail_once("update", ApiError("update", 409, "conflict")))
+    pub.set_devices(nics(130, speed=1))
+    assert pub.wait_synced(5)
+    assert sample("topodra_resourceslice_writes_total", verb="create") == creates + 2
+    assert sample("topodra_resourceslice_errors_total", verb="update", code="409") == conflicts + 1
+    assert abs(sample("topodra_resourceslice_last_sync_success_timestamp_seconds") - time.time()) < 5
+    assert sample("topodra_published_devices") == 130

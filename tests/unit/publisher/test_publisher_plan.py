@@ -220,3 +220,14 @@ def test_features_a_previous_instance_found_off_are_read_from_its_slices() -> No
     edited = copy.deepcopy(without_taints)
     edited["spec"]["devices"][1]["attributes"]["x"] = {"int": 3}
     assert infer_dropped(specs, [edited], driver_name=DRIVER, node_name=NODE) == set()
+
+
+def test_a_half_done_generation_bump_is_finished_with_one_update() -> None:
+    """A conflict or crash between the updates of a bump leaves slice 0 at the old generation."""
+    devices = nics(200)
+    existing = publish(devices)
+    existing[1]["spec"]["pool"]["generation"] = 2  # slice 1 was rewritten, slice 0 not yet
+    p = plan(devices, existing)
+    assert (p.generation, p.deletes, p.creates) == (2, (), ())
+    assert [u["metadata"]["name"] for u in p.updates] == [existing[0]["metadata"]["name"]]
+    assert p.updates[0]["spec"]["pool"]["generation"] == 2
