@@ -16,6 +16,8 @@ original name, and must be safe to repeat:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -168,3 +170,70 @@ def release(
 def _name_taken(name: str, mac: str | None) -> bool:
     link = iplink.find(iplink.links(), name=name)
     return link is not None and (mac is None or link.mac != mac.lower())
+
+
+# --- a pod's namespace that nobody uses any more -------------------------------------------------
+
+
+def sees_all_processes() -> bool:
+    """True in the host's PID namespace. Kernel threads (pid 2, kthreadd) are visible only
+    there; in a container without hostPID every pinned namespace would look unused."""
+    try:
+        with open("/proc/2/comm") as f:
+            return f.read().strip() == "kthreadd"
+    except OSError:
+        return False
+
+
+def netns_in_use() -> set[int]:
+    """Inode numbers of the network namespaces some process is in (readlink only, no stat)."""
+    out: set[int] = set()
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return out
+    for pid in pids:
+        try:
+            link = os.readlink(f"/proc/{pid}/ns/net")  # "net:[4026531840]"
+        except OSError:
+            continue
+        if link.startswith("net:[") and link.endswith("]"):
+            out.add(int(link[5:-1]))
+    return out
+
+
+def return_orphan(att: Attachment, in_use: set[int]) -> str | None:
+    """Bring the interface home when the pinned namespace has no process left (the pod died),
+    while the claim stays prepared. None when there is nothing to do.
+
+    The namespace is held open by a file descriptor while we look into it and move the link
+    out, so a hook re-pinning the claim for a new sandbox at the same moment cannot make us
+    take the interface out of the *new* pod; the pin is removed only if it still names the
+    namespace we emptied.
+    """
+    try:
+        fd = os.open(att.pin, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not iplink.is_pinned_netns(att.pin) or st.st_ino in in_use:
+            return None
+        ns = f"/proc/{os.getpid()}/fd/{fd}"
+        mac = _usable_mac(att.mac)
+        inside = iplink.links(ns)
+        link = iplink.find(inside, mac=mac) if mac else iplink.find(inside, name=att.container_name)
+        done = "the pod's namespace was empty"
+        if link is not None:
+            if _name_taken(att.host_name, att.mac):
+                raise ReleaseError(
+                    f"device {att.device}: cannot return {link.name} as {att.host_name}: the name is taken"
+                )
+            iplink.move_to_host(link.name, ns, att.host_name)
+            done = f"moved {link.name} back to the host as {att.host_name}"
+        with contextlib.suppress(OSError, iplink.IpError):
+            if os.stat(att.pin).st_ino == st.st_ino:
+                iplink.unpin(att.pin)
+        return done
+    finally:
+        os.close(fd)

@@ -199,6 +199,7 @@ class NicDriver:
         self._status: _StatusQueue | None = None
         self._hook_installed = False
         self._pod_state: dict[str, tuple[float, DeviceHealth]] = {}
+        self._orphans_at = float("-inf")
         self._log = _log.bind(driver=DRIVER, node=options.node_name)
 
     # --- optional runtime hook ----------------------------------------------------------------
@@ -250,6 +251,7 @@ class NicDriver:
     # --- Driver protocol ----------------------------------------------------------------------
     def devices(self) -> Sequence[Device]:
         with self._lock:
+            self._return_orphans()
             nics = self._refresh()
             health = self._health_locked(nics)
             out: dict[str, Device] = {}
@@ -277,7 +279,46 @@ class NicDriver:
 
     def health(self) -> Mapping[str, DeviceHealth]:
         with self._lock:
+            self._return_orphans()
             return self._health_locked(self._refresh())
+
+    def _return_orphans(self) -> bool:
+        """Interfaces whose pod namespace has no process left go home at once (the claim stays
+        prepared: a re-created sandbox gets it again from the hook). At most once per rescan
+        interval, and only where every process is visible (host PID namespace)."""
+        now = self._clock()
+        if now - self._orphans_at < self.options.rescan_interval:
+            return False
+        self._orphans_at = now
+        pinned = [h for h in self._held.values() if iplink.is_pinned_netns(h.attachment.pin)]
+        if not pinned or not attach.sees_all_processes():
+            return False
+        in_use = attach.netns_in_use()
+        moved = False
+        for held in pinned:
+            att = held.attachment
+            try:
+                done = attach.return_orphan(att, in_use)
+            except (ReleaseError, iplink.IpError, OSError) as e:
+                self._log.error(f"cannot return {att.device} from its dead pod: {e}", device=att.device)
+                continue
+            if done is None:
+                continue
+            moved = True
+            self._log.info(
+                f"{att.device}: the pod's network namespace is gone; {done} (claim still prepared)",
+                **logs.claim(held.claim),
+                device=att.device,
+            )
+            held.reported_attached = False
+            self._pod_state.pop(att.device, None)
+            if self._status is not None:
+                entry = _status_entry(att, "PodGone", f"back on the host as {att.host_name}", ())
+                entry = replace(entry, conditions=(DeviceCondition("Ready", "False", "PodGone", done),))
+                self._status.set(held.claim, [entry])
+        if moved:
+            self._view = None
+        return moved
 
     def _health_locked(self, nics: Mapping[str, Nic]) -> dict[str, DeviceHealth]:
         out: dict[str, DeviceHealth] = {}

@@ -57,6 +57,7 @@ def test_pod_gets_the_veth_under_the_requested_name_and_unprepare_returns_it(
             selection=Selection(include_virtual=True, include_interfaces=(f"tdn{links.tag}*",)),
             hook_dir=tmp_path / "hooks",
             state_dir=tmp_path / "state",
+            rescan_interval=0.0,
         )
     )
     store = MemoryClaimStore()
@@ -87,8 +88,12 @@ def test_pod_gets_the_veth_under_the_requested_name_and_unprepare_returns_it(
 
         # the container is gone; the interface waits in the pinned namespace, not on the host
         assert host_link(host) is None
-        # and the slice still shows the device with its host attributes
+        # the driver's next poll sees that no process is left in that namespace and brings the
+        # interface home, while the claim stays prepared (a new sandbox would get it again)
         published = {d.name: d for d in driver.devices()}
+        link = host_link(host)
+        assert link is not None and link["address"] == mac
+        assert device in driver.held()
         assert published[device].attributes[f"{DRIVER}/macAddress"] == mac
         assert published[device].attributes[f"{DRIVER}/interfaceName"] == host
 
@@ -186,6 +191,9 @@ def test_end_to_end_claim_from_the_api_server_into_a_running_container(
         assert entry["conditions"][0]["reason"] == "Attached"
         assert entry["networkData"]["ips"] == ["192.0.2.45/24"]  # observed inside the pod
         assert device in {d.name for d in driver.devices()}
+        # a running pod keeps its interface: the orphan check leaves live namespaces alone
+        still = podman("exec", name, "ip", "-o", "link", "show", "net7")
+        assert still.returncode == 0 and mac in still.stdout
     finally:
         podman("rm", "-f", "-t", "0", name)
         result = m.unprepare([ref])

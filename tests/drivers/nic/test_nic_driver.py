@@ -23,7 +23,7 @@ from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, Health, Opa
 from topodra.drivers.nic.devices import DRIVER, Selection
 from topodra.drivers.nic.driver import TAINT_KEY, NicDriver, NicOptions, device_from_api
 
-from tests.drivers.nic.conftest import SynthTree
+from tests.drivers.nic.conftest import SynthTree, host_link, process_in
 
 NODE = "node-a"
 ENO2 = "pci-0000-02-00-1"  # 1s-4acc: eno2 on 0000:02:00.1 (eno1 is the uplink)
@@ -337,3 +337,56 @@ def test_veth_health_follows_its_carrier(links: Any, tmp_path: Path) -> None:
         subprocess.run(["sleep", "0.05"], check=False)
     assert d.health()[name].health is Health.HEALTHY
     assert d.devices()[0].taints == ()
+
+
+def test_interface_comes_home_when_the_pods_namespace_empties(links: Any, tmp_path: Path) -> None:
+    """The hook from prepare's edits moves a veth into a "pod" (a process in a test namespace);
+    while the process lives the driver leaves it there; once it is gone (only the pin holds the
+    namespace) the next poll returns it to the host, and the claim stays prepared."""
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    host, peer = links.name("h0"), links.name("q0")
+    mac = links.veth(host, peer, peer_ns)
+    d = NicDriver(
+        NicOptions(
+            selection=Selection(include_virtual=True, include_interfaces=(f"tdn{links.tag}*",)),
+            hook_dir=tmp_path / "hooks",
+            state_dir=tmp_path / "state",
+            rescan_interval=0.0,
+        )
+    )
+    device = f"net-{host}"
+    ref = claim()
+    prep = d.prepare(ref, [AllocatedDevice("nic", NODE, device)], [nic_config(interfaceName="net3")])
+    (hook,) = prep.devices[0].edits.hooks
+    links.track_mount(str(tmp_path / "state" / "netns" / f"{ref.uid}_{device}"))
+    with process_in(pod_ns) as pid:
+        done = subprocess.run(
+            [hook.path, *hook.args[1:]],
+            input=json.dumps({"pid": pid}),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        subprocess.run(["ip", "netns", "del", pod_ns], check=True)  # the process still holds it
+        d.health()
+        assert "net3" in netns_links_of(pid)
+        assert host_link(host) is None
+    # the process is gone: nobody but the pin holds the namespace
+    d.health()
+    link = host_link(host)
+    assert link is not None and link["address"] == mac
+    assert device in d.held()
+    assert d.health()[device].health is Health.UNKNOWN  # home, admin down
+    d.unprepare(ref, prep)
+    assert d.held() == {} and host_link(host) is not None
+
+
+def netns_links_of(pid: int) -> set[str]:
+    out = subprocess.run(
+        ["nsenter", "-t", str(pid), "-n", "ip", "-j", "link", "show"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {e["ifname"] for e in json.loads(out.stdout)}
