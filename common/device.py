@@ -163,3 +163,60 @@ class Device:
         if self.allow_multiple_allocations:
             out["allowMultipleAllocations"] = True
         return out
+
+
+def _attribute_from_api(value: Mapping[str, Any]) -> AttributeValue:
+    if "bool" in value:
+        return bool(value["bool"])
+    if "int" in value:
+        return int(value["int"])
+    if "string" in value:
+        return str(value["string"])
+    if "version" in value:
+        return Version(str(value["version"]))
+    if "bools" in value:
+        return tuple(bool(v) for v in value["bools"])
+    if "ints" in value:
+        return tuple(int(v) for v in value["ints"])
+    if "strings" in value:
+        return tuple(str(v) for v in value["strings"])
+    if "versions" in value:
+        return tuple(Version(str(v)) for v in value["versions"])
+    raise ValueError(f"attribute value without a known field: {dict(value)!r}")
+
+
+def _policy_from_api(data: Mapping[str, Any]) -> RequestPolicy:
+    rng = data.get("validRange") or {}
+    return RequestPolicy(
+        default=str(data["default"]),
+        valid_values=tuple(str(v) for v in data.get("validValues") or ()),
+        min=str(rng["min"]) if "min" in rng else None,
+        max=str(rng["max"]) if "max" in rng else None,
+        step=str(rng["step"]) if "step" in rng else None,
+    )
+
+
+def device_from_api(data: Mapping[str, Any]) -> Device:
+    """Inverse of `Device.to_api` (drivers keep published devices in their checkpoint state, to
+    go on publishing an allocated device the host no longer shows). Raises KeyError, TypeError
+    or ValueError on data that `to_api` cannot have written."""
+    capacity = {}
+    for key, cap in (data.get("capacity") or {}).items():
+        policy = cap.get("requestPolicy")
+        capacity[str(key)] = Capacity(str(cap["value"]), _policy_from_api(policy) if policy else None)
+    return Device(
+        name=str(data["name"]),
+        attributes={str(k): _attribute_from_api(v) for k, v in (data.get("attributes") or {}).items()},
+        capacity=capacity,
+        taints=tuple(
+            Taint(str(t["key"]), str(t.get("value", "")), str(t.get("effect", "NoSchedule")))
+            for t in data.get("taints") or ()
+        ),
+        allow_multiple_allocations=bool(data.get("allowMultipleAllocations", False)),
+        consumes_counters=tuple(
+            CounterConsumption(
+                str(c["counterSet"]), {str(k): str(v["value"]) for k, v in (c.get("counters") or {}).items()}
+            )
+            for c in data.get("consumesCounters") or ()
+        ),
+    )

@@ -1,0 +1,66 @@
+"""The locality attributes and device name of one PCI function, alike in every driver.
+
+A claim lines a GPU up with its NIC through `matchAttribute` on these keys, so the NIC and the
+accelerator driver must spell them identically for the same function: one function here,
+used by both, rather than two copies that drift.
+
+- `resource.kubernetes.io/pciBusID`: only for addresses the upstream helper accepts (facts
+  §6.2: lowercase, 4-hex domain). Devices behind Intel VMD have 5-hex domains (`10000:e1:00.0`);
+  upstream drivers never publish those, so neither do we (the driver's own `pciAddress` keeps
+  the address).
+- `resource.kubernetes.io/pcieRoot`: the first folder under `sys/devices` (discovery follows the
+  upstream rule); absent for hosts outside `sys/devices/pci...` (Hyper-V vPCI).
+- `resource.kubernetes.io/numaNode`: only when the kernel knows it; never -1, which would match
+  every other device without affinity.
+- `topology.topodra.io/pcieSwitch`: the second bridge of the chain (a switch's upstream port).
+- `topology.topodra.io/socket`: the package index (packages ordered by lowest CPU).
+"""
+
+from __future__ import annotations
+
+import re
+
+from topodra.common.device import AttributeValue
+from topodra.common.topology.model import PciFunction, Topology
+
+STD = "resource.kubernetes.io"
+TOPO = "topology.topodra.io"
+PCI_BUS_ID = f"{STD}/pciBusID"
+PCIE_ROOT = f"{STD}/pcieRoot"
+NUMA_NODE = f"{STD}/numaNode"
+PCIE_SWITCH = f"{TOPO}/pcieSwitch"
+SOCKET = f"{TOPO}/socket"
+
+# What upstream's GetPCIBusIDAttribute accepts: lowercase, 4-hex domain, 2-hex bus and device,
+# 1-hex function.
+UPSTREAM_BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]\Z")
+_MAX_STRING = 64
+
+
+def device_name(address: str) -> str:
+    """`0000:3b:00.0` -> `pci-0000-3b-00-0`: a DNS label that survives reboots and rebinds
+    (also for 5-hex VMD domains)."""
+    return "pci-" + re.sub(r"[:.]", "-", address.lower())
+
+
+def pci_bus_id(address: str) -> str | None:
+    """The pciBusID value, or None when upstream would refuse the address."""
+    return address if UPSTREAM_BDF.match(address) else None
+
+
+def locality_attributes(topo: Topology, fn: PciFunction) -> dict[str, AttributeValue]:
+    """pciBusID, pcieRoot, numaNode, pcieSwitch and socket of `fn`, each only when known."""
+    attrs: dict[str, AttributeValue] = {}
+    bus_id = pci_bus_id(fn.address)
+    if bus_id is not None:
+        attrs[PCI_BUS_ID] = bus_id
+    if fn.pcie_root and len(fn.pcie_root) <= _MAX_STRING:
+        attrs[PCIE_ROOT] = fn.pcie_root
+    if fn.numa_node is not None and fn.numa_node >= 0:
+        attrs[NUMA_NODE] = fn.numa_node
+    if fn.pcie_switch and len(fn.pcie_switch) <= _MAX_STRING:
+        attrs[PCIE_SWITCH] = fn.pcie_switch
+    pkg = topo.package_of_pci(fn.address)
+    if pkg is not None:
+        attrs[SOCKET] = pkg.index
+    return attrs

@@ -1,0 +1,75 @@
+"""Shared PCI locality attributes and device names (common/pciattrs.py), and the checkpoint
+inverse of Device.to_api (common/device.py `device_from_api`)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from topodra.common import pciattrs
+from topodra.common.device import (
+    AttributeValue,
+    Capacity,
+    CounterConsumption,
+    Device,
+    RequestPolicy,
+    Taint,
+    Version,
+    device_from_api,
+)
+
+
+@pytest.mark.parametrize(
+    ("address", "bus_id", "name"),
+    [
+        ("0000:3b:00.0", "0000:3b:00.0", "pci-0000-3b-00-0"),
+        ("0000:af:1f.7", "0000:af:1f.7", "pci-0000-af-1f-7"),
+        ("10000:e1:00.0", None, "pci-10000-e1-00-0"),  # VMD: upstream refuses the 5-hex domain
+        ("0000:3B:00.0", None, "pci-0000-3b-00-0"),  # upstream wants lowercase
+    ],
+)
+def test_bus_id_follows_the_upstream_regex_and_names_are_dns_labels(
+    address: str, bus_id: str | None, name: str
+) -> None:
+    assert pciattrs.pci_bus_id(address) == bus_id
+    assert pciattrs.device_name(address) == name
+
+
+scalars = st.one_of(
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.text(max_size=64),
+    st.builds(Version, st.from_regex(r"[0-9]\.[0-9]\.[0-9]", fullmatch=True)),
+)
+lists = st.one_of(
+    st.lists(st.integers(), min_size=1, max_size=4).map(tuple),
+    st.lists(st.text(max_size=8), min_size=1, max_size=4).map(tuple),
+    st.lists(st.booleans(), min_size=1, max_size=4).map(tuple),
+)
+keys = st.from_regex(r"[a-z]{1,8}\.io/[a-zA-Z]{1,12}", fullmatch=True)
+
+
+@given(
+    attrs=st.dictionaries(keys, st.one_of(scalars, lists), max_size=8),
+    memory=st.integers(min_value=1, max_value=2**40),
+    taint=st.booleans(),
+)
+def test_device_from_api_inverts_to_api(attrs: dict[str, AttributeValue], memory: int, taint: bool) -> None:
+    dev = Device(
+        "pci-0000-3b-00-0",
+        attrs,
+        {
+            "x.io/memory": Capacity(str(memory)),
+            "x.io/cores": Capacity("8", RequestPolicy("1", min="1", max="8", step="1")),
+            "x.io/slices": Capacity("4", RequestPolicy("1", valid_values=("1", "2", "4"))),
+        },
+        taints=(Taint("x.io/unhealthy", "DeviceRemoved"),) if taint else (),
+        allow_multiple_allocations=True,
+        consumes_counters=(CounterConsumption("set-a", {"mem": "1Gi"}),),
+    )
+    assert device_from_api(dev.to_api()) == dev
+
+
+def test_device_from_api_rejects_a_value_without_a_known_field() -> None:
+    with pytest.raises(ValueError, match="attribute value"):
+        device_from_api({"name": "d", "attributes": {"x.io/a": {"float": 1.5}}})
