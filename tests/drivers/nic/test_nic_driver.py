@@ -16,8 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 from topodra.common.cdi.spec import SpecDevice, build_spec
+from topodra.common.publisher.build import build_desired
 from topodra.common.runtime.config import ConfigError
 from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, Health, OpaqueConfig, PrepareError
 from topodra.drivers.nic.devices import DRIVER, Selection
@@ -75,6 +77,13 @@ def test_link_down_is_unhealthy_and_tainted_and_recovers_on_link_up(tree: Path, 
     assert h.health is Health.UNHEALTHY and "down" in h.message
     dev = next(x for x in d.devices() if x.name == ENO2)
     assert [(t.key, t.value, t.effect) for t in dev.taints] == [(TAINT_KEY, "LinkDown", "NoSchedule")]
+    desired = build_desired(DRIVER, NODE, None, d.devices())
+    assert desired.problems == ()
+    for obj in desired.slices:
+        body = json.loads(json.dumps(obj))
+        body["metadata"]["name"] = body["metadata"]["generateName"] + "abcde"
+        for version in ("1.34.0", "1.37.0"):
+            kubernetes_validate.validate(body, version, strict=True)
 
     iface_file(tree, "eno2", "operstate").write_text("up\n")
     h = d.health()[ENO2]
