@@ -21,6 +21,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--output", metavar="DIR", type=Path, help="folder to write the tree into")
     parser.add_argument("--hostname", help="override the spec's hostname (seeds MACs, GUIDs, GPU UUIDs)")
     parser.add_argument("--force", action="store_true", help="replace a tree a previous run wrote in DIR")
+    parser.add_argument(
+        "--dev-nodes",
+        action="store_true",
+        help="also write DIR/dev: the machine's device nodes as harmless stand-ins (character devices "
+        "with /dev/null's numbers; needs root), for running real containers against the tree",
+    )
     parser.add_argument("--list", action="store_true", help="list the shipped specs and exit")
     parser.add_argument("--show", action="store_true", help="print the spec's JSON and exit")
     parser.set_defaults(run=run)
@@ -63,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         if args.hostname:
             spec = parse_spec({**spec.source, "hostname": args.hostname}, default_name=spec.name)
-        result = build(spec, args.output, force=args.force)
+        result = build(spec, args.output, force=args.force, dev_nodes=args.dev_nodes)
     except (SpecError, OutputError) as exc:
         print(f"topodra synth: {exc}", file=sys.stderr)
         return 2

@@ -69,7 +69,9 @@ Spec format (JSON, version 1). Every key is optional unless marked; unknown keys
       }
     }
 
-A port item is one of `device` (with optional `name`, `uplink`, `num_vfs`, `link_up`), `switch`
+A port item is one of `device` (with optional `name`, `uplink`, `num_vfs`, `link_up`, and
+`driver` to bind another driver, e.g. "vfio-pci", which removes the vendor driver's netdevs,
+RDMA and DRM/accel nodes and adds `vfio-dev/vfioN`), `switch`
 (upstream port + one downstream port per item of its `ports`, nesting allowed) or `empty`. A
 profile holds `kind` (accelerator, nic, storage, display, other), `class` (24-bit, "0x030200"),
 `vendor`, `device`, `subsystem_vendor`, `subsystem_device`, `revision`, `driver`, `model`,
@@ -84,6 +86,8 @@ Bus numbers are assigned depth-first like firmware does; IOMMU groups, DRM/accel
 interface indexes and RDMA names follow address order (PFs before VFs). Interfaces without a
 `name` get systemd-style path names (`enp24s0f0`, VFs `enp24s0f0v3`, InfiniBand `ibp...`).
 The uplink's default route is written to `proc/net/route` and `proc/net/ipv6_route`.
+`--dev-nodes` (root) also writes DIR/dev: every device node the machine would have (DRM, accel,
+uverbs, VFIO, NVIDIA) as a character device with /dev/null's numbers, for real containers.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from topodra.common.synth.devnodes import HARMLESS, device_nodes
 from topodra.common.synth.manifest import MANIFEST, manifest
 from topodra.common.synth.plan import Plan, make_plan
 from topodra.common.synth.reader import SpecError
@@ -18,7 +19,7 @@ from topodra.common.synth.render_pci import render_pci
 from topodra.common.synth.spec import MachineSpec
 from topodra.common.synth.tree import Tree
 
-OWNED = ("sys", "proc", MANIFEST)
+OWNED = ("sys", "proc", "dev", MANIFEST)
 
 
 class OutputError(Exception):
@@ -33,7 +34,8 @@ class BuildResult:
     seconds: float
 
 
-def render(plan: Plan) -> Tree:
+def render(plan: Plan, *, dev_nodes: bool = False) -> Tree:
+    """The whole tree in memory; `dev_nodes` adds DIR/dev with harmless stand-ins (devnodes.py)."""
     tree = Tree()
     render_cpus(plan, tree)
     render_nodes(plan, tree)
@@ -41,20 +43,31 @@ def render(plan: Plan) -> Tree:
     render_pci(plan, tree)
     render_net(plan, tree)
     tree.raw(MANIFEST, json.dumps(manifest(plan), sort_keys=True) + "\n")
+    if dev_nodes:
+        for node in device_nodes(plan):
+            tree.chardev(node.path.lstrip("/"), *HARMLESS)
     return tree
 
 
-def build(spec: MachineSpec, output: Path, *, force: bool = False) -> BuildResult:
+def build(spec: MachineSpec, output: Path, *, force: bool = False, dev_nodes: bool = False) -> BuildResult:
     """Write the tree of `spec` under `output` (`output/sys`, `output/proc`, the manifest).
 
     Refuses a folder that holds a tree already unless `force`, which replaces only what a
-    previous build wrote; never touches a live /sys.
+    previous build wrote; never touches a live /sys. `dev_nodes` also writes `output/dev`
+    (character devices, so it needs CAP_MKNOD).
     """
     start = time.perf_counter()
     plan = make_plan(spec)
-    tree = render(plan)
+    tree = render(plan, dev_nodes=dev_nodes)
     _prepare(output, force)
-    entries = tree.write(output)
+    try:
+        entries = tree.write(output)
+    except PermissionError as exc:
+        if dev_nodes and exc.filename and "/dev/" in str(exc.filename):
+            raise OutputError(
+                f"{output}: cannot create device nodes ({exc.strerror}); they need root"
+            ) from None
+        raise
     return BuildResult(plan=plan, root=output, entries=entries, seconds=time.perf_counter() - start)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from topodra.common.synth.devnodes import device_nodes
 from topodra.common.synth.plan import Plan
 
 MANIFEST = "synth-manifest.json"
@@ -114,6 +115,9 @@ def manifest(plan: Plan) -> dict[str, Any]:
             for r in plan.rdma
         ],
         "uplink": plan.uplink.name if plan.uplink else None,
+        "device_nodes": [
+            {"path": n.path, "pci": n.pci, "dev": f"{n.major}:{n.minor}"} for n in device_nodes(plan)
+        ],
     }
 
 

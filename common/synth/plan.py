@@ -31,6 +31,8 @@ DRM_MAJOR = 226
 ACCEL_MAJOR = 261
 UVERBS_MAJOR = 231
 UVERBS_MINOR_BASE = 192
+VFIO_GROUP_MAJOR = 243  # dynamic on real kernels; one plausible value
+VFIO_DEV_MAJOR = 511
 ARPHRD_ETHER = 1
 ARPHRD_INFINIBAND = 32
 ARPHRD_LOOPBACK = 772
@@ -126,9 +128,11 @@ class Function:
     drm_card: int | None = None
     drm_render: int | None = None
     accel: int | None = None
+    vfio_dev: int | None = None
     link_up: bool = True
     uplink: bool = False
     names: tuple[str, ...] = ()
+    vendor_driver: bool = True  # bound to its profile's driver, so the driver's interfaces exist
 
     @property
     def bdf(self) -> str:
@@ -395,7 +399,8 @@ def _check_nesting(
 def _l3_group(spec: MachineSpec, k: int, per_die: int, per_node: int) -> int:
     l3 = spec.cpu.l3
     if l3.cores is not None:
-        return k // l3.cores
+        cores: int = l3.cores
+        return k // cores
     if l3.scope == "die":
         return k // per_die
     if l3.scope == "numa_node":
@@ -630,7 +635,8 @@ class _PciPlanner:
                 numa_node=self.root.numa_node,
                 bridges=bridges,
                 profile=p,
-                driver=p.driver,
+                driver=(item.driver or None) if item.driver is not None else p.driver,
+                vendor_driver=item.driver is None or item.driver == p.driver,
                 multifunction=p.functions > 1,
                 link_up=item.link_up,
                 uplink=item.uplink and fn == 0,
@@ -704,8 +710,12 @@ class _PciPlanner:
         card = 0
         render = 0
         accel = 0
+        vfio = 0
         for f in self.functions:
-            if f.profile is None or f.role == "vf":
+            if f.driver == "vfio-pci":
+                f.vfio_dev = vfio
+                vfio += 1
+            if f.profile is None or f.role == "vf" or not f.vendor_driver:
                 continue
             if f.profile.drm_card:
                 f.drm_card = card
@@ -792,7 +802,12 @@ def _plan_net(spec: MachineSpec, functions: list[Function]) -> tuple[list[Netdev
     pf_name: dict[str, str] = {}
     for f in ordered:
         p = f.profile
-        if p is None or p.net is None or (f.role == "vf" and not (p.sriov and p.sriov.vf_net)):
+        if (
+            p is None
+            or p.net is None
+            or not f.vendor_driver
+            or (f.role == "vf" and not (p.sriov and p.sriov.vf_net))
+        ):
             continue
         net = p.net
         name = f.names[0] if f.names else _derived_name(f, net.link_layer, pf_name.get(f.pf or ""))
@@ -856,6 +871,7 @@ def _plan_net(spec: MachineSpec, functions: list[Function]) -> tuple[list[Netdev
         p = f.profile
         if (
             p is None
+            or not f.vendor_driver
             or p.rdma is None
             or p.net is None
             or (f.role == "vf" and not (p.sriov and p.sriov.vf_rdma))

@@ -6,7 +6,7 @@ import hashlib
 
 from topodra.common.synth.masks import cpulist, cpumask
 from topodra.common.synth.pciconfig import config_space
-from topodra.common.synth.plan import ACCEL_MAJOR, DRM_MAJOR, Function, Plan
+from topodra.common.synth.plan import ACCEL_MAJOR, DRM_MAJOR, VFIO_DEV_MAJOR, Function, Plan
 from topodra.common.synth.spec import LinkSpec
 from topodra.common.synth.tree import Tree
 
@@ -159,7 +159,7 @@ def _function(plan: Plan, tree: Tree, f: Function, by_bdf: dict[str, Function], 
     if f.pf is not None:
         tree.link(f"{d}/physfn", by_bdf[f.pf].dir)
     p = f.profile
-    if p is not None and f.role != "vf":
+    if p is not None and f.role != "vf" and f.vendor_driver:
         if p.vram_bytes is not None:
             tree.file(f"{d}/mem_info_vram_total", str(p.vram_bytes))
             tree.file(f"{d}/mem_info_vram_used", "0")
@@ -172,6 +172,9 @@ def _function(plan: Plan, tree: Tree, f: Function, by_bdf: dict[str, Function], 
         _devnode(tree, f, "drm", f"renderD{r}", DRM_MAJOR, r, f"dri/renderD{r}")
     if f.accel is not None:
         _devnode(tree, f, "accel", f"accel{f.accel}", ACCEL_MAJOR, f.accel, f"accel/accel{f.accel}")
+    if f.vfio_dev is not None:
+        n = f.vfio_dev
+        _devnode(tree, f, "vfio-dev", f"vfio{n}", VFIO_DEV_MAJOR, n, f"vfio/devices/vfio{n}")
 
 
 def _devnode(tree: Tree, f: Function, cls: str, name: str, major: int, minor: int, devname: str) -> None:

@@ -150,6 +150,9 @@ class DevicePort:
     uplink: bool
     link_up: bool
     num_vfs: int | None
+    # the bound driver when it is not the profile's own (e.g. "vfio-pci" for passthrough, "" for
+    # none): the vendor driver's interfaces (netdevs, RDMA, DRM/accel nodes) are then absent
+    driver: str | None = None
 
 
 @dataclass(frozen=True)
@@ -270,7 +273,7 @@ def _dmi(obj: Obj | None, name: str) -> tuple[tuple[str, str], ...]:
 def _cache(obj: Obj | None, path: str, default: CacheSpec | None, *, l3: bool = False) -> CacheSpec:
     if obj is None:
         if default is None:
-            fail(path, "is required")
+            raise SpecError(f"{path}: is required")
         return default
     base = default or CacheSpec(size_kib=0, ways=8)
     size = obj.number("size_kib", base.size_kib or None, lo=1)
@@ -433,7 +436,9 @@ def _network(obj: Obj) -> NetworkSpec:
         try:
             return ipaddress.IPv4Interface(text)
         except ValueError:
-            fail(obj.at(key), f"must be an IPv4 address with prefix like 10.0.0.5/24, not {text!r}")
+            raise SpecError(
+                f"{obj.at(key)}: must be an IPv4 address with prefix like 10.0.0.5/24, not {text!r}"
+            ) from None
 
     uplink = iface("uplink_ipv4", "192.168.10.20/24")
     if uplink.network.prefixlen > 30:
@@ -626,13 +631,24 @@ def _device(p: Obj, resolver: _Profiles) -> DevicePort:
     if num_vfs is not None:
         if profile.sriov is None:
             fail(p.at("num_vfs"), f"profile {profile.name} has no SR-IOV")
-        if num_vfs > profile.sriov.total_vfs:
+        elif num_vfs > profile.sriov.total_vfs:
             fail(
                 p.at("num_vfs"),
                 f"more than the {profile.sriov.total_vfs} VFs profile {profile.name} supports",
             )
+    driver = p.text("driver")
+    if driver is not None and driver != profile.driver and (names or uplink):
+        fail(
+            p.at("driver"),
+            f"with driver {driver or 'none'} the {profile.name} has no interfaces to name or route",
+        )
     return DevicePort(
-        profile=profile, names=names, uplink=uplink, link_up=p.flag("link_up", True), num_vfs=num_vfs
+        profile=profile,
+        names=names,
+        uplink=uplink,
+        link_up=p.flag("link_up", True),
+        num_vfs=num_vfs,
+        driver=driver,
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import stat
 from pathlib import Path
 
 
@@ -16,6 +17,7 @@ class Tree:
         self.files: dict[str, bytes] = {}
         self.links: dict[str, str] = {}
         self.dirs: set[str] = set()
+        self.chardevs: dict[str, tuple[int, int]] = {}
 
     def file(self, path: str, content: str | bytes) -> None:
         """A sysfs attribute; text gets the trailing newline the kernel prints."""
@@ -34,17 +36,21 @@ class Tree:
         self._claim(path)
         self.links[path] = relative(target, posixpath.dirname(path))
 
+    def chardev(self, path: str, major: int, minor: int) -> None:
+        self._claim(path)
+        self.chardevs[path] = (major, minor)
+
     def mkdir(self, path: str) -> None:
         self.dirs.add(path)
 
     def _claim(self, path: str) -> None:
-        if path in self.files or path in self.links:
+        if path in self.files or path in self.links or path in self.chardevs:
             raise AssertionError(f"synth: two renderers wrote {path}")
 
     def write(self, root: Path) -> int:
         """Create everything under `root` (which must exist); returns the number of entries."""
         folders = set(self.dirs)
-        for path in (*self.files, *self.links):
+        for path in (*self.files, *self.links, *self.chardevs):
             parent = posixpath.dirname(path)
             while parent and parent not in folders:
                 folders.add(parent)
@@ -60,7 +66,11 @@ class Tree:
                 os.close(fd)
         for path, target in self.links.items():
             os.symlink(target, os.path.join(base, path))
-        return len(folders) + len(self.files) + len(self.links)
+        for path, (major, minor) in self.chardevs.items():
+            full = os.path.join(base, path)
+            os.mknod(full, stat.S_IFCHR | 0o666, os.makedev(major, minor))
+            os.chmod(full, 0o666)  # mknod's mode passes through the umask
+        return len(folders) + len(self.files) + len(self.links) + len(self.chardevs)
 
 
 def relative(target: str, start: str) -> str:

@@ -13,7 +13,8 @@ from topodra.common.synth import MachineSpec, Plan, load_spec, parse_spec, shipp
 # offline CPUs (cpu0 too), two dies per socket with a die-wide L3, NPS-style nodes with a full
 # distance matrix and unequal memory, more possible than present CPUs, a root with no NUMA
 # affinity, an empty root port, nested switches, a non-zero PCI domain, a display adapter behind
-# a PCIe-to-PCI bridge inside a switch, and VFs (stride 8) that spill onto the next bus.
+# a PCIe-to-PCI bridge inside a switch, a GPU bound to vfio-pci, and VFs (stride 8) that spill
+# onto the next bus.
 EDGE: dict[str, Any] = {
     "name": "edge",
     "cpu": {
@@ -73,6 +74,7 @@ EDGE: dict[str, Any] = {
                                         "ports": [
                                             {"device": "h100-sxm"},
                                             {"device": "cx7", "num_vfs": 2, "link_up": False},
+                                            {"device": "h100-sxm", "driver": "vfio-pci"},
                                         ]
                                     }
                                 },

@@ -192,6 +192,11 @@ BAD = [
         "network.gateway_ipv4: 10.1.0.1 is not in",
     ),
     ("network", {"virtual": [{"name": "lo"}]}, "network.virtual[0].name: lo is always present"),
+    (
+        "pci.roots.0.ports.0.driver",
+        "vfio-pci",
+        "pci.roots[0].ports[0].driver: with driver vfio-pci the cx7 has no",
+    ),
     ("cpu", ..., "cpu: is required"),
 ]
 

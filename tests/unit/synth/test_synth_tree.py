@@ -10,6 +10,7 @@ import ipaddress
 import json
 import os
 import re
+import stat
 import struct
 import subprocess
 import sys
@@ -351,3 +352,51 @@ def test_output_folder_rules(tmp_path: Path) -> None:
         build(spec, tmp_path / "file")
     with pytest.raises(OutputError, match="refusing"):
         build(spec, Path("/"), force=True)
+
+
+def test_vfio_bound_function_has_no_vendor_interfaces(synth_tree: Callable[[str], Built]) -> None:
+    built = synth_tree("edge")
+    gpus = [f for f in built.plan.functions if f.device == 0x2330]
+    assert [f.driver for f in gpus] == ["nvidia", "vfio-pci"]
+    vfio = built.root / gpus[1].dir
+    assert (vfio / "driver").resolve().name == "vfio-pci"
+    assert not (vfio / "drm").exists()
+    nodes = list((vfio / "vfio-dev").iterdir())
+    assert [n.name for n in nodes] == ["vfio0"]
+    assert read(nodes[0] / "dev") == "511:0"
+    assert (built.root / "sys/class/vfio-dev/vfio0").resolve() == nodes[0].resolve()
+    assert not (built.root / f"proc/driver/nvidia/gpus/{gpus[1].bdf}").exists()
+    assert (built.root / f"proc/driver/nvidia/gpus/{gpus[0].bdf}/information").exists()
+
+
+def test_dev_nodes_are_harmless_stand_ins(synth_base: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("creating character devices needs root")
+    out = synth_base / "devnodes"
+    result = build(spec_of("edge"), out, dev_nodes=True)
+    declared = json.loads((out / MANIFEST).read_text())["device_nodes"]
+    paths = {n["path"] for n in declared}
+    assert {"/dev/dri/renderD128", "/dev/vfio/vfio", "/dev/nvidiactl", "/dev/infiniband/rdma_cm"} <= paths
+    created = set()
+    for folder, _dirs, files in os.walk(out / "dev"):
+        for name in files:
+            p = Path(folder, name)
+            st = p.lstat()
+            assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 3), p
+            assert stat.S_IMODE(st.st_mode) == 0o666
+            created.add("/" + str(p.relative_to(out)))
+    assert created == paths
+    # the real numbers are the ones sysfs shows for the same node
+    for n in declared:
+        # shared nodes and VFIO group nodes have no sysfs `dev` file to compare with
+        if n["pci"] is None or ("/vfio/" in n["path"] and "devices" not in n["path"]):
+            continue
+        f = result.plan.function(n["pci"])
+        name = n["path"].rsplit("/", 1)[1]
+        if name.startswith("nvidia"):
+            continue
+        sysfs = next(p for p in (out / f.dir).glob(f"*/{name}") if (p / "dev").exists())
+        assert read(sysfs / "dev") == n["dev"], n
+    # --force replaces dev/ along with the rest
+    build(spec_of("minimal"), out, force=True)
+    assert not (out / "dev").exists()
