@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from synth_cases import ALL, Built
+from synth_cases import ALL, Built, spec_of
 from synth_hwloc import HwObj, HwTopology, lstopo_available, parse_xml, run_lstopo
 from topodra.common.synth import Plan, SpecError, build, make_plan, parse_spec
 from topodra.common.synth.spec import LinkSpec
@@ -59,7 +59,7 @@ def link_gbytes(link: LinkSpec) -> float:
     return LANE_GTS[link.gen] * lanes * encoding / 8
 
 
-def check_cpus(plan: Plan, topo: HwTopology) -> None:
+def check_cpus(plan: Plan, topo: HwTopology, *, cpuinfo: bool = True) -> None:
     online = set(plan.online)
     assert {int(o.attrs["os_index"]) for o in topo.of("PU")} == online
     packages = sorted((int(p.attrs["os_index"]), p.cpuset) for p in topo.of("Package"))
@@ -78,7 +78,7 @@ def check_cpus(plan: Plan, topo: HwTopology) -> None:
         (k.level, k.type, k.size_kib, on) for k in plan.caches if (on := sorted(set(k.cpus) & online))
     )
     for p in topo.of("Package"):
-        assert p.infos.get("CPUModel") == plan.spec.cpu.model_name  # from proc/cpuinfo
+        assert p.infos.get("CPUModel") == (plan.spec.cpu.model_name if cpuinfo else None)  # from proc/cpuinfo
 
 
 def check_numa(plan: Plan, topo: HwTopology) -> None:
@@ -268,3 +268,14 @@ def test_each_gpu_shares_a_switch_with_exactly_one_nic(
         package = next(a for a in gpu.ancestors() if a.type == "Package")
         per_package[package.attrs["os_index"]] = per_package.get(package.attrs["os_index"], 0) + 1
     assert per_package == {"0": 4, "1": 4}
+
+
+def test_hwloc_needs_no_procfs(synth_base: Path) -> None:
+    """Everything but the CPU model name comes from sys/: a tree without proc/ reads the same."""
+    out = synth_base / "no-proc"
+    plan = build(spec_of("edge"), out).plan
+    shutil.rmtree(out / "proc")
+    topo = hwloc_of(Built(name="no-proc", root=out, plan=plan))
+    check_cpus(plan, topo, cpuinfo=False)
+    check_numa(plan, topo)
+    assert set(topo.pci()) == {f.bdf for f in plan.functions}
