@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from topodra.common import logs
+from topodra.common.cli.inspect import add_root_argument, root_problem
 from topodra.drivers import registry
 
 EXIT_CONFIG = 2
@@ -28,7 +29,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--kubelet-root-dir", type=Path, default=Path("/var/lib/kubelet"))
     p.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""), help="default: $NODE_NAME")
-    p.add_argument("--sysfs-root", type=Path, default=Path("/sys"))
+    add_root_argument(p)
     p.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"))
     p.add_argument(
         "--state-dir", type=Path, default=None, help="checkpoints; default: each driver's plugin folder"
@@ -92,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.node_name:
         log.error("no node name: pass --node-name or set NODE_NAME")
         return EXIT_CONFIG
+    problem = root_problem(args.sysfs_root)
+    if problem is not None:
+        log.error(problem)
+        return EXIT_CONFIG
     kinds = list(registry.KINDS) if args.kind == "all" else [args.kind]
     try:
         services, observability = build(args, kinds)
@@ -125,7 +130,7 @@ def build(args: argparse.Namespace, kinds: list[str]) -> tuple[list[Any], Any]:
     options = PluginOptions(
         kubelet_root=args.kubelet_root_dir, node_name=args.node_name, pod_uid=args.pod_uid or None
     )
-    common = registry.CommonOptions(sysfs_root=args.sysfs_root, node_name=args.node_name, args=args)
+    common = registry.CommonOptions(sysfs_root=Path(args.sysfs_root), node_name=args.node_name, args=args)
     services = []
     for kind in kinds:
         driver = registry.create(kind, common)

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from topodra.common.cli.inspect import root_problem
+from topodra.common.cli.inspect import add_root_argument, root_problem
 from topodra.drivers import registry
 
 EXIT_CONFIG = 2
@@ -29,12 +29,7 @@ def register(subparsers: Any) -> None:
         "slices", help="print the ResourceSlices a driver would publish", description=__doc__.splitlines()[0]
     )
     p.add_argument("--driver", choices=[*registry.KINDS, "all"], required=True)
-    p.add_argument(
-        "--sysfs-root",
-        default="/",
-        metavar="DIR",
-        help="folder that contains sys/ (default /: this machine); an unpacked capture works",
-    )
+    add_root_argument(p)
     p.add_argument(
         "--node-name",
         default=os.environ.get("NODE_NAME") or socket.gethostname().lower(),

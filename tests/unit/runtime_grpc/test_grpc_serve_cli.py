@@ -30,7 +30,7 @@ def test_flags_and_their_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert args.kind == "all"
     assert args.kubelet_root_dir == Path("/var/lib/kubelet")
     assert args.cdi_root == Path("/var/run/cdi")
-    assert args.sysfs_root == Path("/sys")
+    assert args.sysfs_root == "/"  # the folder that contains sys/, as for inspect and slices
     assert args.state_dir is None and args.kubeconfig is None and args.metrics_address == ""
     args = build_parser().parse_args(
         ["serve", "nic", "--kubelet-root-dir", "/k", "--node-name", "n1", "--pod-uid", "u-1"]
