@@ -615,6 +615,14 @@ class NicDriver:
     def unprepare(self, claim: ClaimRef, preparation: Preparation) -> None:
         with self._lock:
             atts = [Attachment.from_json(a) for a in preparation.state.get("attachments") or ()]
+            if not atts:
+                # a rollback of an interrupted prepare: the runtime knows only the devices
+                wanted = {d.device for d in preparation.devices}
+                atts = [
+                    h.attachment
+                    for h in self._held.values()
+                    if h.claim.uid == claim.uid and h.attachment.device in wanted
+                ]
             errors = []
             for att in atts:
                 try:

@@ -18,14 +18,17 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from topodra.common.cdi.spec import SpecDevice, build_spec
+from topodra.common.cdi.spec import CdiWriter, SpecDevice, build_spec
 from topodra.common.publisher.build import build_desired
+from topodra.common.runtime.checkpoint import Checkpoint
+from topodra.common.runtime.claims import ClaimManager, cdi_kind
 from topodra.common.runtime.config import ConfigError
 from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, Health, OpaqueConfig, PrepareError
 from topodra.drivers.nic.devices import DRIVER, Selection
 from topodra.drivers.nic.driver import TAINT_KEY, NicDriver, NicOptions, device_from_api
 
 from tests.drivers.nic.conftest import SynthTree, host_link, process_in
+from tests.unit.runtime_claims.claimkit import MemoryClaimStore, Result, claim_object, new_uid
 
 NODE = "node-a"
 ENO2 = "pci-0000-02-00-1"  # 1s-4acc: eno2 on 0000:02:00.1 (eno1 is the uplink)
@@ -399,3 +402,22 @@ def netns_links_of(pid: int) -> set[str]:
         check=True,
     )
     return {e["ifname"] for e in json.loads(out.stdout)}
+
+
+def test_a_failed_cdi_write_rolls_the_driver_back(tree: Path, tmp_path: Path) -> None:
+    """The claim core rolls back with only the device list (no driver state): the NIC must not
+    stay held by a claim that never got prepared."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    d = driver_for(tree, tmp_path)
+    store = MemoryClaimStore()
+    bad = ClaimManager(
+        d, NODE, store, Checkpoint(tmp_path / "ckpt", DRIVER), CdiWriter(blocker, cdi_kind(DRIVER))
+    )
+    bad.start()
+    ref = store.put(claim_object("ns1", "c", new_uid(), [Result("nic", ENO2, driver=DRIVER)]))
+    out = bad.prepare([ref])[ref.uid]
+    assert "cannot write CDI spec" in out.error
+    assert d.held() == {}
+    again = d.prepare(claim("other"), [AllocatedDevice("nic", NODE, ENO2)], [])
+    assert again.devices[0].device == ENO2
