@@ -78,13 +78,17 @@ def _api_client(kubeconfig: str | None) -> Any:
     return client.ApiClient(cfg)
 
 
-def _publisher(api_client: Any, driver: str, node: str, delete_on_exit: bool = False) -> Any:
+def _publisher(
+    api_client: Any, driver: str, node: str, delete_on_exit: bool = False, on_status: Any = None
+) -> Any:
+    """`on_status` lets a driver react to what the server did with its slices (e.g. fields a
+    gate-off server dropped), so it can tell the operator which flag to change."""
     try:
         from topodra.common.publisher.publisher import SlicePublisher
     except ImportError:
         logs.get(__name__, driver=driver).warning("no slice publisher available; devices are not published")
         return None
-    return SlicePublisher(api_client, driver, node, delete_slices_on_stop=delete_on_exit)
+    return SlicePublisher(api_client, driver, node, delete_slices_on_stop=delete_on_exit, on_status=on_status)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -141,7 +145,13 @@ def build(args: argparse.Namespace, kinds: list[str]) -> tuple[list[Any], Any]:
         publisher = (
             None
             if args.no_publish
-            else _publisher(api, driver.name, args.node_name, getattr(args, "delete_slices_on_exit", False))
+            else _publisher(
+                api,
+                driver.name,
+                args.node_name,
+                getattr(args, "delete_slices_on_exit", False),
+                on_status=getattr(driver, "on_publisher_status", None),
+            )
         )
         services.append(
             DriverService.create(
