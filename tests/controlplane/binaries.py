@@ -17,7 +17,7 @@ BUILD_SCRIPT = REPO / "hack" / "controlplane" / "build.sh"
 
 HOW_TO_RUN = (
     "install Go >= 1.26 (https://go.dev/dl), then run hack/controlplane/build.sh once "
-    "(about 10 min and 3 GB of RAM on 2 cores, cached afterwards) and `pytest -m controlplane`"
+    "(10-30 min and 3 GB of RAM on 2 cores, cached afterwards) and `pytest -m controlplane`"
 )
 
 
