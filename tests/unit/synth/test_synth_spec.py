@@ -36,7 +36,9 @@ def endpoints(plan: Plan, kind: str) -> list[Function]:
 
 
 def test_shipped_names() -> None:
-    assert {"2s-8acc-8nic", "1s-4acc", "2s-snc2", "256cpu", "64acc-300vf"} <= set(shipped_spec_names())
+    assert {"2s-8acc-8nic", "1s-4acc", "2s-snc2", "256cpu", "64acc-300vf", "2s-8acc-8nic-snc2"} <= set(
+        shipped_spec_names()
+    )
 
 
 def test_2s_8acc_8nic_pairs_each_accelerator_with_one_nic_on_a_switch() -> None:
@@ -58,6 +60,19 @@ def test_2s_8acc_8nic_pairs_each_accelerator_with_one_nic_on_a_switch() -> None:
     uplink = plan.uplink
     assert uplink is not None and uplink.function is not None
     assert plan.function(uplink.function).pcie_switch is None
+
+
+def test_2s_8acc_8nic_snc2_keeps_the_pairs_two_switches_per_node() -> None:
+    plan = make_plan(load_spec("2s-8acc-8nic-snc2"))
+    assert len(plan.nodes) == 4 and len(plan.cpus) == 224
+    accs = endpoints(plan, "accelerator")
+    nics = [f for f in endpoints(plan, "nic") if f.pcie_switch is not None]
+    assert (
+        Counter(f.numa_node for f in accs) == Counter(f.numa_node for f in nics) == {0: 2, 1: 2, 2: 2, 3: 2}
+    )
+    assert {f.pcie_switch for f in accs} == {f.pcie_switch for f in nics} and len(
+        {f.pcie_switch for f in accs}
+    ) == 8
 
 
 def test_1s_4acc() -> None:
