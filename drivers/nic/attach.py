@@ -45,6 +45,7 @@ class Attachment:
     pin: str  # pinned-namespace file (may not exist)
     share_id: str | None = None
     ips: tuple[str, ...] = ()
+    link_up: bool = True
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -66,6 +67,7 @@ class Attachment:
             pin=str(data["pin"]),
             share_id=data.get("share_id"),
             ips=tuple(data.get("ips") or ()),
+            link_up=bool(data.get("link_up", True)),
         )
 
 

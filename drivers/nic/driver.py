@@ -536,6 +536,7 @@ class NicDriver:
             pin=str(self.options.state_dir / "netns" / f"{claim.uid}_{r.device}{suffix}"),
             share_id=r.share_id,
             ips=cfg.ips,
+            link_up=cfg.link_up,
         )
 
     def _hook_path(self) -> str:
@@ -587,7 +588,8 @@ class NicDriver:
                 args += ["--pci", att.pci_address]
             for ip in att.ips:
                 args += ["--ip", ip]
-            args.append("--up")
+            if att.link_up:
+                args.append("--up")
             hooks = (Hook("createRuntime", self._hook_path(), tuple(args), timeout=HOOK_TIMEOUT),)
         elif att.mode == "cdi":
             nets = (NetDevice(att.host_name, att.container_name),)

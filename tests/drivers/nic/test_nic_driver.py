@@ -182,6 +182,7 @@ def test_prepare_edits_for_the_hook_path(tree: Path, tmp_path: Path) -> None:
     assert pairs["--mac"] == mac and pairs["--pci"] == "0000:02:00.1"
     assert pairs["--pin"] == f"{ref.uid}_{ENO2}" and pairs["--state-dir"] == str(tmp_path / "state")
     assert "--ip" in args and "192.0.2.5/24" in args
+    assert "--up" in args
     env = dict(e.split("=", 1) for e in dev.edits.env)
     assert env["TOPODRA_NIC_PCI_0000_02_00_1_PCI_ADDRESS"] == "0000:02:00.1"
     assert env["TOPODRA_NIC_PCI_0000_02_00_1_INTERFACE"] == "net1"
@@ -190,6 +191,11 @@ def test_prepare_edits_for_the_hook_path(tree: Path, tmp_path: Path) -> None:
     assert spec["cdiVersion"] in ("0.3.0", "0.5.0")  # podman 4.3 reads up to 0.5.0
     json.dumps(dict(prep.state))
     d.unprepare(ref, prep)
+    down = d.prepare(claim("c2"), [AllocatedDevice("nic", NODE, ENO2)], [nic_config(linkUp=False)])
+    assert "--up" not in down.devices[0].edits.hooks[0].args
+    assert "--name" in down.devices[0].edits.hooks[0].args  # the host name is kept
+    args2 = list(down.devices[0].edits.hooks[0].args)
+    assert args2[args2.index("--name") + 1] == "eno2"
 
 
 def test_prepare_edits_for_cdi_netdevices(tree: Path, tmp_path: Path) -> None:
