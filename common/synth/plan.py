@@ -612,7 +612,7 @@ class _PciPlanner:
         role: str,
     ) -> None:
         p = item.profile
-        link = p.link if pcie_type is not None else None
+        link = p.link if pcie_type == 0 else None  # RCiEPs and conventional functions have no link
         pfs = []
         for fn in range(p.functions):
             f = Function(
