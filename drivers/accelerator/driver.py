@@ -1,0 +1,310 @@
+"""The accelerator driver: publishes PCI accelerators, hands their device nodes to pods.
+
+Prepare has no side effect on the host: it checks that each node under the dev root is the
+character device sysfs names (hostnodes.py) and returns CDI edits with those nodes and
+`TOPODRA_ACCELERATORS`; the runtime writes the claim's CDI spec. What a claim holds is kept in
+the checkpointed `Preparation.state` (with the published device), so a restarted driver knows
+it, and an allocated accelerator that vanishes from the host (hot-unplug, a GPU off the bus)
+stays published with its last attributes, unhealthy, until its claim is unprepared.
+
+Discovery is cached: the health monitor asks for devices every second, so a full rediscovery
+happens only when forced (prepare), when `rescan_interval` passed, or when a cheap signature
+changed (listings of PCI functions, DRM/accel/VFIO classes, and the driver links of the
+functions that matter), which catches hot-plug, rebinds and new nodes at once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from topodra.common import logs
+from topodra.common.cdi.edits import ContainerEdits, DeviceNode
+from topodra.common.device import Device, Taint, device_from_api
+from topodra.common.runtime.config import ConfigError, describe_claim
+from topodra.common.runtime.driver import (
+    AllocatedDevice,
+    ClaimRef,
+    DeviceHealth,
+    Health,
+    OpaqueConfig,
+    Preparation,
+    PreparedDevice,
+    PrepareError,
+)
+from topodra.common.topology import discover
+from topodra.common.topology.model import Topology
+from topodra.drivers.accelerator import health, hostnodes, probe, selection
+from topodra.drivers.accelerator.devices import DRIVER, Accelerator, Node, build_accelerators
+from topodra.drivers.accelerator.options import AcceleratorOptions
+
+TAINT_KEY = f"{DRIVER}/unhealthy"
+ENV = "TOPODRA_ACCELERATORS"
+_SIGNATURE_DIRS = ("sys/bus/pci/devices", "sys/class/drm", "sys/class/accel", "sys/class/vfio")
+_log = logs.get("topodra.accelerator")
+
+Signature = tuple[tuple[str, ...], ...]
+
+
+@dataclass(slots=True)
+class _Held:
+    """An allocated accelerator: its claim and the device as last seen on the host."""
+
+    claim: ClaimRef
+    address: str
+    device: Device
+    driver: str | None
+
+
+@dataclass(slots=True)
+class _View:
+    accelerators: dict[str, Accelerator]
+    watched: tuple[str, ...]  # addresses whose driver link is part of the signature
+    at: float
+    signature: Signature
+
+
+class AcceleratorDriver:
+    """Implements the Driver protocol for `accelerator.topodra.io`."""
+
+    name = DRIVER
+
+    def __init__(
+        self,
+        options: AcceleratorOptions,
+        *,
+        discover_fn: Callable[[str], Topology] = discover,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.options = options
+        self._discover = discover_fn
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._view: _View | None = None
+        self._held: dict[str, _Held] = {}
+        self._aer = health.AerBaselines()
+        self._log = _log.bind(driver=DRIVER, node=options.node_name)
+
+    # --- the host view ----------------------------------------------------------------------------
+    def _signature(self, watched: Sequence[str]) -> Signature:
+        root = self.options.sysfs_root
+
+        def names(rel: str) -> tuple[str, ...]:
+            try:
+                return tuple(sorted(os.listdir(root / rel)))
+            except OSError:
+                return ()
+
+        links = tuple(health.bound_driver(root / health.BUS / a) or "" for a in watched)
+        return (*(names(d) for d in _SIGNATURE_DIRS), links)
+
+    def _refresh(self, force: bool = False) -> dict[str, Accelerator]:
+        now = self._clock()
+        v = self._view
+        fresh = v is not None and not force and now - v.at < self.options.rescan_interval
+        if v is not None and fresh and self._signature(v.watched) == v.signature:
+            return v.accelerators
+        root = self.options.sysfs_root
+        topo = self._discover(str(root))
+        verdicts = selection.verdicts(topo, self.options)
+        host = probe.probe(root, [x.function for x in verdicts if x.selected], self.options.pci_ids)
+        accs = {a.name: a for a in build_accelerators(topo, host, self.options, verdicts)}
+        watched = tuple(x.function.address for x in verdicts)
+        for a in accs.values():
+            if a.aer_fatal is not None and a.address not in self._aer.seen:
+                self._aer.seen[a.address] = a.aer_fatal
+        kept = {a.address for a in accs.values()} | {h.address for h in self._held.values()}
+        for address in list(self._aer.seen):
+            if address not in kept:
+                self._aer.forget(address)
+        if v is None or set(accs) != set(v.accelerators):
+            self._log.info(
+                f"discovered {len(accs)} accelerators",
+                devices=sorted(accs),
+                skipped={x.function.address: x.reason for x in verdicts if not x.selected},
+            )
+        self._view = _View(accs, watched, now, self._signature(watched))
+        return accs
+
+    # --- Driver protocol ----------------------------------------------------------------------
+    def devices(self) -> Sequence[Device]:
+        with self._lock:
+            accs = self._refresh()
+            states = self._health_locked(accs)
+            out: dict[str, Device] = {}
+            for name, acc in accs.items():
+                held = self._held.get(name)
+                if held is not None:
+                    held.device, held.driver = acc.device, acc.driver
+                out[name] = acc.device
+            for name, held in self._held.items():
+                out.setdefault(name, held.device)  # gone from the host: last attributes
+            result = []
+            for name in sorted(out):
+                dev = out[name]
+                h = states.get(name)
+                if self.options.taint_unhealthy and h is not None and h.health is Health.UNHEALTHY:
+                    taint = Taint(TAINT_KEY, health.taint_value(h), "NoSchedule")
+                    dev = replace(dev, taints=(*dev.taints, taint))
+                result.append(dev)
+            return result
+
+    def health(self) -> Mapping[str, DeviceHealth]:
+        with self._lock:
+            return self._health_locked(self._refresh())
+
+    def _health_locked(self, accs: Mapping[str, Accelerator]) -> dict[str, DeviceHealth]:
+        root = self.options.sysfs_root
+        targets = {name: (a.address, a.driver) for name, a in accs.items()}
+        for name, held in self._held.items():
+            targets.setdefault(name, (held.address, held.driver))
+        out = {}
+        for name, (address, driver) in targets.items():
+            o = health.observe(root, address)
+            rise = self._aer.rise(address, o.fatal) if o.present else None
+            out[name] = health.judge(o, rise, driver)
+        return out
+
+    # --- prepare ------------------------------------------------------------------------------
+    def prepare(
+        self, claim: ClaimRef, results: Sequence[AllocatedDevice], configs: Sequence[OpaqueConfig]
+    ) -> Preparation:
+        with self._lock:
+            _no_parameters(claim, configs)
+            accs = self._refresh(force=True)
+            label = describe_claim(claim)
+            chosen: list[tuple[AllocatedDevice, Accelerator]] = []
+            for r in results:
+                acc = accs.get(r.device)
+                held = self._held.get(r.device)
+                if acc is None:
+                    why = "was removed from this node" if held is not None else "is not an accelerator here"
+                    raise PrepareError(f"{label}: device {r.device} {why}")
+                if held is not None and held.claim.uid != claim.uid and not r.admin_access:
+                    owner = f"{held.claim.namespace}/{held.claim.name}"
+                    raise PrepareError(f"{label}: device {r.device} is held by claim {owner}")
+                if acc.problem is not None:
+                    raise PrepareError(f"{label}: device {r.device} ({acc.address}): {acc.problem}")
+                chosen.append((r, acc))
+            seen: set[str] = set()
+            prepared = []
+            for r, acc in chosen:
+                edits = ContainerEdits(device_nodes=self._resolve(claim, acc, acc.nodes, seen))
+                prepared.append(PreparedDevice(r.request, r.pool, r.device, edits, r.share_id))
+            shared: list[Node] = []
+            for _, acc in chosen:
+                shared += [n for n in acc.shared_nodes if n.path not in {s.path for s in shared}]
+            claim_nodes = self._resolve(claim, chosen[0][1], shared, seen) if chosen else ()
+            addresses = list(dict.fromkeys(acc.address for _, acc in chosen))
+            env = (f"{ENV}={','.join(addresses)}",) if addresses else ()
+            for r, acc in chosen:
+                if not r.admin_access:
+                    self._held[acc.name] = _Held(claim, acc.address, acc.device, acc.driver)
+                self._log.info(
+                    f"prepared {acc.name} ({acc.address}) for {label}",
+                    **logs.claim(claim),
+                    device=acc.name,
+                    pci_address=acc.address,
+                    nodes=[n.path for n in acc.nodes],
+                    admin_access=r.admin_access,
+                )
+            return Preparation(
+                devices=tuple(prepared),
+                claim_edits=ContainerEdits(env=env, device_nodes=claim_nodes),
+                state={
+                    "devices": {
+                        acc.name: {
+                            "address": acc.address,
+                            "driver": acc.driver,
+                            "held": not r.admin_access,
+                            "device": acc.device.to_api(),
+                        }
+                        for r, acc in chosen
+                    }
+                },
+            )
+
+    def _resolve(
+        self, claim: ClaimRef, acc: Accelerator, nodes: Sequence[Node], seen: set[str]
+    ) -> tuple[DeviceNode, ...]:
+        """Host-checked CDI nodes; a path already given to another device of the claim is skipped
+        (two functions of one IOMMU group share its node)."""
+        out = []
+        for n in nodes:
+            if n.path in seen:
+                continue
+            try:
+                node = hostnodes.resolve(n, self.options.dev_root, strict=self.options.node_check == "strict")
+            except hostnodes.NodeError as e:
+                raise PrepareError(f"{describe_claim(claim)}: device {acc.name} ({acc.address}): {e}") from e
+            if node is None:
+                self._log.warning(
+                    f"{hostnodes.host_path(self.options.dev_root, n)} is not on the host; "
+                    f"{describe_claim(claim)} goes without it",
+                    **logs.claim(claim),
+                    device=acc.name,
+                )
+                continue
+            seen.add(n.path)
+            out.append(node)
+        return tuple(out)
+
+    # --- unprepare / restore ------------------------------------------------------------------
+    def unprepare(self, claim: ClaimRef, preparation: Preparation) -> None:
+        with self._lock:
+            for name, held in list(self._held.items()):
+                if held.claim.uid == claim.uid:
+                    del self._held[name]
+                    self._log.info(
+                        f"released {name} ({held.address}) of {describe_claim(claim)}",
+                        **logs.claim(claim),
+                        device=name,
+                    )
+
+    def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:
+        with self._lock:
+            held: dict[str, _Held] = {}
+            for claim, prep in prepared.items():
+                devices: Any = prep.state.get("devices") or {}
+                try:
+                    entries = list(devices.items())
+                except AttributeError:
+                    entries = []
+                for name, raw in entries:
+                    try:
+                        if not raw.get("held", True):
+                            continue
+                        dev = device_from_api(raw["device"])
+                        entry = _Held(claim, str(raw["address"]), dev, raw.get("driver"))
+                    except (AttributeError, KeyError, TypeError, ValueError) as e:
+                        self._log.error(
+                            f"checkpoint entry {name!r} of {describe_claim(claim)} is unreadable: {e}",
+                            **logs.claim(claim),
+                        )
+                        continue
+                    held[str(name)] = entry
+            self._held = held
+            self._view = None
+            self._log.info(f"restored {len(held)} allocated accelerators", devices=sorted(held))
+
+    # --- introspection (tests, debugging) -----------------------------------------------------
+    def held(self) -> dict[str, ClaimRef]:
+        with self._lock:
+            return {name: h.claim for name, h in self._held.items()}
+
+    def accelerators(self) -> dict[str, Accelerator]:
+        with self._lock:
+            return dict(self._refresh())
+
+
+def _no_parameters(claim: ClaimRef, configs: Sequence[OpaqueConfig]) -> None:
+    """The driver has no parameters yet; a config for it is a mistake that must not pass quietly."""
+    for i, c in enumerate(configs):
+        raise ConfigError(
+            f"{describe_claim(claim)}: config {c.source or 'unknown source'} #{i}: {DRIVER} takes no "
+            f"opaque parameters (got {', '.join(sorted(map(str, c.parameters))) or 'an empty object'})"
+        )

@@ -1,0 +1,190 @@
+"""What the accelerator devices need beyond `discover()`: a few vendor files, read at the edge.
+
+Device memory (amdgpu `mem_info_vram_total`, xe `tile<N>/physical_vram_size_bytes`, NEC
+`ve/veN/memory_size`), NVIDIA's device minors (`proc/driver/nvidia/gpus/<BDF>/information`),
+character-device majors from `proc/devices`, the VFIO container node from
+`sys/class/misc/vfio/dev`, product names from pci.ids, and device nodes discovery does not look
+for: vendor classes (NEC's `ve/veN`) and DRM/accel nodes of functions outside the accelerator
+classes (an FPGA an operator named). Everything is relative to the discovery root, so a captured
+or synthetic tree answers the same way as the machine. Unreadable or odd files give None, never
+an error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from topodra.common.topology import pciids
+from topodra.common.topology.model import DeviceNode, PciFunction
+
+_MAX_READ = 1 << 16
+_DEV = re.compile(r"(\d+):(\d+)\Z")
+# Class folders under a PCI function that hold its device nodes: (folder, node names, node kind).
+# discovery reads drm and accel for accelerator classes; the rest are vendor classes it does not.
+DISCOVERED_CLASSES = (
+    ("drm", re.compile(r"(card|renderD)\d+\Z"), "drm"),
+    ("accel", re.compile(r"accel\d+\Z"), "accel"),
+)
+VENDOR_CLASSES = (
+    ("ve", re.compile(r"ve\d+\Z"), "ve"),  # NEC Vector Engine (ve_drv): /dev/veN
+)
+_TILE = re.compile(r"tile\d+\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class HostInfo:
+    """Per-function extras, keyed by PCI address, and a few machine-wide facts."""
+
+    memory_bytes: Mapping[str, int] = field(default_factory=dict)
+    nvidia_minors: Mapping[str, int] = field(default_factory=dict)
+    product_names: Mapping[str, str] = field(default_factory=dict)
+    extra_nodes: Mapping[str, tuple[DeviceNode, ...]] = field(default_factory=dict)
+    char_majors: Mapping[str, int] = field(default_factory=dict)  # proc/devices name -> major
+    vfio_container: tuple[int, int] | None = None  # numbers of /dev/vfio/vfio
+
+
+def read_text(path: Path) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO in a captured tree must not hang
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, _MAX_READ)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "replace").rstrip("\x00 \t\r\n")
+
+
+def read_count(path: Path) -> int | None:
+    text = read_text(path)
+    if text is None or not text.isdigit():
+        return None
+    return int(text)
+
+
+def dev_numbers(path: Path) -> tuple[int, int] | None:
+    text = read_text(path)
+    m = _DEV.match(text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def device_memory(fn_dir: Path) -> int | None:
+    """Bytes of device memory where the kernel driver exposes it, else None."""
+    vram = read_count(fn_dir / "mem_info_vram_total")  # amdgpu, in bytes
+    if vram:
+        return vram
+    try:
+        ve = sorted(e.name for e in os.scandir(fn_dir / "ve") if e.name.startswith("ve"))
+    except OSError:
+        ve = []
+    if ve:  # NEC ve_drv: memory_size in GiB (48 on a Type 10B, which has 48 GB of HBM2)
+        gib = read_count(fn_dir / "ve" / ve[0] / "memory_size")
+        if gib:
+            return gib << 30
+    total = 0
+    try:
+        tiles = [e.name for e in os.scandir(fn_dir) if _TILE.match(e.name)]
+    except OSError:
+        tiles = []
+    for tile in sorted(tiles):  # xe: one VRAM region per tile
+        size = read_count(fn_dir / tile / "physical_vram_size_bytes")
+        if size:
+            total += size
+    return total or None
+
+
+def nvidia_information(root: Path, address: str) -> dict[str, str]:
+    """`Key: value` lines of the NVIDIA driver's per-GPU information file."""
+    text = read_text(root / "proc/driver/nvidia/gpus" / address / "information")
+    out: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def char_majors(root: Path) -> dict[str, int]:
+    """Character-device majors by driver name from `proc/devices`."""
+    text = read_text(root / "proc/devices") or ""
+    out: dict[str, int] = {}
+    in_char = False
+    for line in text.splitlines():
+        if line.startswith("Character devices"):
+            in_char = True
+            continue
+        if line.startswith("Block devices"):
+            break
+        parts = line.split()
+        if in_char and len(parts) == 2 and parts[0].isdigit():
+            out.setdefault(parts[1], int(parts[0]))
+    return out
+
+
+def _devname(class_dir: Path, name: str) -> str:
+    """/dev path of a class device: the kernel's DEVNAME from its uevent, else /dev/<name>."""
+    for line in (read_text(class_dir / "uevent") or "").splitlines():
+        key, _, value = line.partition("=")
+        if key == "DEVNAME" and value and ".." not in value.split("/"):
+            return "/dev/" + value.lstrip("/")
+    return f"/dev/{name}"
+
+
+def scan_nodes(
+    fn_dir: Path, address: str, classes: tuple[tuple[str, re.Pattern[str], str], ...]
+) -> tuple[DeviceNode, ...]:
+    """Nodes of a function in the given class folders (kind drm-render/drm-card, accel, ve)."""
+    nodes = []
+    for sub, pattern, kind in classes:
+        try:
+            names = sorted(e.name for e in os.scandir(fn_dir / sub) if pattern.match(e.name))
+        except OSError:
+            continue
+        for name in names:
+            class_dir = fn_dir / sub / name
+            numbers = dev_numbers(class_dir / "dev")
+            major, minor = numbers if numbers else (None, None)
+            if kind == "drm":
+                kind_here = "drm-render" if name.startswith("render") else "drm-card"
+                nodes.append(DeviceNode(kind_here, name, _devname(class_dir, name), major, minor, address))
+                continue
+            nodes.append(DeviceNode(kind, name, _devname(class_dir, name), major, minor, address))
+    return tuple(nodes)
+
+
+def probe(root: Path, functions: Iterable[PciFunction], pci_ids: tuple[str, ...]) -> HostInfo:
+    memory: dict[str, int] = {}
+    minors: dict[str, int] = {}
+    names: dict[str, str] = {}
+    extra: dict[str, tuple[DeviceNode, ...]] = {}
+    for fn in functions:
+        fn_dir = root / fn.sysfs_path
+        size = device_memory(fn_dir)
+        if size is not None:
+            memory[fn.address] = size
+        if fn.driver == "nvidia":
+            minor = nvidia_information(root, fn.address).get("Device Minor", "")
+            if minor.isdigit():
+                minors[fn.address] = int(minor)
+        if fn.vendor is not None and fn.device is not None:
+            name = pciids.lookup(fn.vendor, fn.device, pci_ids)
+            if name:
+                names[fn.address] = name
+        classes = VENDOR_CLASSES if fn.is_accelerator else DISCOVERED_CLASSES + VENDOR_CLASSES
+        found = scan_nodes(fn_dir, fn.address, classes)
+        if found:
+            extra[fn.address] = found
+    return HostInfo(
+        memory_bytes=memory,
+        nvidia_minors=minors,
+        product_names=names,
+        extra_nodes=extra,
+        char_majors=char_majors(root),
+        vfio_container=dev_numbers(root / "sys/class/misc/vfio/dev"),
+    )
