@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, str] = {
     "capture": "capture",
     "slices": "slices",
     "synth": "synth",
+    "install-hooks": "install_hooks",
 }
 
 
