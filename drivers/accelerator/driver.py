@@ -87,6 +87,8 @@ class AcceleratorDriver:
         self._view: _View | None = None
         self._held: dict[str, _Held] = {}
         self._aer = health.AerBaselines()
+        self._known: set[str] = set()  # addresses published by this process, while present
+        self._bound: dict[str, str] = {}  # last kernel driver seen bound, by address
         self._log = _log.bind(driver=DRIVER, node=options.node_name)
 
     # --- the host view ----------------------------------------------------------------------------
@@ -110,17 +112,21 @@ class AcceleratorDriver:
             return v.accelerators
         root = self.options.sysfs_root
         topo = self._discover(str(root))
-        verdicts = selection.verdicts(topo, self.options)
+        verdicts = [self._sticky(v) for v in selection.verdicts(topo, self.options)]
+        self._known = {v.function.address for v in verdicts if v.selected}
         host = probe.probe(root, [x.function for x in verdicts if x.selected], self.options.pci_ids)
         accs = {a.name: a for a in build_accelerators(topo, host, self.options, verdicts)}
         watched = tuple(x.function.address for x in verdicts)
         for a in accs.values():
             if a.aer_fatal is not None and a.address not in self._aer.seen:
                 self._aer.seen[a.address] = a.aer_fatal
+            if a.driver is not None:
+                self._bound[a.address] = a.driver
         kept = {a.address for a in accs.values()} | {h.address for h in self._held.values()}
         for address in list(self._aer.seen):
             if address not in kept:
                 self._aer.forget(address)
+        self._bound = {a: drv for a, drv in self._bound.items() if a in kept}
         if v is None or set(accs) != set(v.accelerators):
             self._log.info(
                 f"discovered {len(accs)} accelerators",
@@ -129,6 +135,14 @@ class AcceleratorDriver:
             )
         self._view = _View(accs, watched, now, self._signature(watched))
         return accs
+
+    def _sticky(self, v: selection.Verdict) -> selection.Verdict:
+        """A display controller loses its render node when its driver is unbound; it must then
+        show up unhealthy, not vanish from the slice. Options cannot change while we run, so a
+        function published before was never excluded by them."""
+        if v.selected or v.function.address not in self._known:
+            return v
+        return selection.Verdict(v.function, True, f"published before; now: {v.reason}")
 
     # --- Driver protocol ----------------------------------------------------------------------
     def devices(self) -> Sequence[Device]:
@@ -159,14 +173,16 @@ class AcceleratorDriver:
 
     def _health_locked(self, accs: Mapping[str, Accelerator]) -> dict[str, DeviceHealth]:
         root = self.options.sysfs_root
-        targets = {name: (a.address, a.driver) for name, a in accs.items()}
+        targets = {name: a.address for name, a in accs.items()}
         for name, held in self._held.items():
-            targets.setdefault(name, (held.address, held.driver))
+            targets.setdefault(name, held.address)
         out = {}
-        for name, (address, driver) in targets.items():
+        for name, address in targets.items():
             o = health.observe(root, address)
             rise = self._aer.rise(address, o.fatal) if o.present else None
-            out[name] = health.judge(o, rise, driver)
+            out[name] = health.judge(o, rise, self._bound.get(address))
+            if o.driver is not None:
+                self._bound[address] = o.driver
         return out
 
     # --- prepare ------------------------------------------------------------------------------
@@ -287,6 +303,8 @@ class AcceleratorDriver:
                         )
                         continue
                     held[str(name)] = entry
+                    if entry.driver:
+                        self._bound.setdefault(entry.address, str(entry.driver))
             self._held = held
             self._view = None
             self._log.info(f"restored {len(held)} allocated accelerators", devices=sorted(held))

@@ -57,7 +57,30 @@ VF_SPEC = {
         ],
     },
 }
-CUSTOM = {"acc-vfs": VF_SPEC}
+# A small box for tests that copy and edit a tree: two MI210s (amdgpu, render nodes, VRAM), three
+# H100s behind one switch (nvidia, proc/driver/nvidia minors), a BMC display and a NIC.
+GPU_BOX = {
+    "version": 1,
+    "name": "gpu-box",
+    "cpu": {"sockets": 1, "cores_per_socket": 4, "threads_per_core": 1},
+    "pci": {
+        "roots": [
+            {"numa_node": 0, "ports": [{"device": "mi210"}, {"device": "ast2600"}, {"device": "e810"}]},
+            {"numa_node": 0, "ports": [{"device": "mi210"}]},
+            {
+                "numa_node": 0,
+                "ports": [
+                    {
+                        "switch": {
+                            "ports": [{"device": "h100-sxm"}, {"device": "h100-sxm"}, {"device": "h100-sxm"}]
+                        }
+                    }
+                ],
+            },
+        ]
+    },
+}
+CUSTOM = {"acc-vfs": VF_SPEC, "gpu-box": GPU_BOX}
 
 
 @dataclass(frozen=True)

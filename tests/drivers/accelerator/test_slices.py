@@ -201,7 +201,7 @@ def test_bmc_display_is_never_published_even_with_a_render_node(
     ASPEED given a render node all have one)."""
     from tests.drivers.accelerator.conftest import copy_tree
 
-    root = copy_tree(synth_machine("1s-4acc").root, tmp_path / "m")
+    root = copy_tree(synth_machine("gpu-box").root, tmp_path / "m")
     m = json.loads((root / "synth-manifest.json").read_text())
     (bmc,) = [p["bdf"] for p in m["pci"] if p["kind"] == "display"]
     render = fn_dir(root, bmc) / "drm" / "renderD200"
