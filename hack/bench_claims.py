@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import json
 import statistics
 import sys
 import tempfile
@@ -126,8 +127,9 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
-def run(put: Any, source: Any, ns: str, n: int, root: Path, cdi_root: Path) -> None:
+def run(put: Any, source: Any, ns: str, n: int, root: Path, cdi_root: Path) -> dict[str, Any]:
     devices = 64
+    figures: dict[str, Any] = {"n": n}
     m = ClaimManager.create(BenchDriver(devices), NODE, source, root / "state", cdi_root)
     m.start()
     refs = [put(claim(ns, f"b{i}", str(uuid.uuid4()), f"dev-{i % devices}")) for i in range(n)]
@@ -138,6 +140,7 @@ def run(put: Any, source: Any, ns: str, n: int, root: Path, cdi_root: Path) -> N
         source.get(ref.namespace, ref.name)
         gets.append((time.perf_counter() - t0) * 1000)
     print(f"  claim GET alone:            p50 {pct(gets, 50):.2f} ms  p99 {pct(gets, 99):.2f} ms")
+    figures["get_ms"] = {"p50": pct(gets, 50), "p99": pct(gets, 99)}
     prep, unprep = [], []
     for ref in refs:
         t0 = time.perf_counter()
@@ -150,6 +153,9 @@ def run(put: Any, source: Any, ns: str, n: int, root: Path, cdi_root: Path) -> N
         unprep.append((t2 - t1) * 1000)
     print(f"  prepare   one-device claim: p50 {pct(prep, 50):.2f} ms  p99 {pct(prep, 99):.2f} ms  (n={n})")
     print(f"  unprepare one-device claim: p50 {pct(unprep, 50):.2f} ms  p99 {pct(unprep, 99):.2f} ms")
+    figures["prepare_ms"] = {"p50": pct(prep, 50), "p99": pct(prep, 99), "mean": statistics.mean(prep)}
+    figures["unprepare_ms"] = {"p50": pct(unprep, 50), "p99": pct(unprep, 99)}
+    figures["concurrent_claims_per_s"] = []
 
     batch = refs[:devices]  # 64 concurrent claims, one device each
     for rounds in range(3):
@@ -159,14 +165,17 @@ def run(put: Any, source: Any, ns: str, n: int, root: Path, cdi_root: Path) -> N
         took = time.perf_counter() - t0
         assert all(not o.error for o in outs)
         print(f"  64 concurrent prepares (round {rounds + 1}): {len(batch) / took:.0f} claims/s")
+        figures["concurrent_claims_per_s"].append(len(batch) / took)
         m.unprepare(batch)
     t0 = time.perf_counter()
     out = m.prepare(batch)
     took = time.perf_counter() - t0
     assert all(not o.error for o in out.values())
     print(f"  one call with 64 claims: {len(batch) / took:.0f} claims/s")
+    figures["one_call_claims_per_s"] = len(batch) / took
     print(f"  (mean single prepare {statistics.mean(prep):.2f} ms)")
     m.unprepare(batch)
+    return figures
 
 
 def main() -> int:
@@ -174,6 +183,7 @@ def main() -> int:
     ap.add_argument("--apiserver", action="store_true", help="GET claims from a real kube-apiserver")
     ap.add_argument("-n", type=int, default=500, help="sequential prepare/unprepare pairs")
     ap.add_argument("--cdi-parent", help="where to make the CDI folder (default: /dev/shm, a tmpfs)")
+    ap.add_argument("--json", type=Path, help="also write the figures to this file (machine-readable)")
     args = ap.parse_args()
     # state on disk like /var/lib/..., CDI specs on a tmpfs like /var/run/cdi (when one exists)
     shm = "/dev/shm" if Path("/dev/shm").is_dir() else None
@@ -185,11 +195,14 @@ def main() -> int:
         if args.apiserver:
             with apiserver_store() as (store, ns):
                 print("claim core, claims from a real kube-apiserver on loopback:")
-                run(store.put, store.source, ns, args.n, Path(tmp), Path(cdi))
+                figures = run(store.put, store.source, ns, args.n, Path(tmp), Path(cdi))
         else:
             src = MemorySource()
             print("claim core, claims from memory (no GET cost):")
-            run(src.put, src, "bench", args.n, Path(tmp), Path(cdi))
+            figures = run(src.put, src, "bench", args.n, Path(tmp), Path(cdi))
+    if args.json:
+        figures["apiserver"] = args.apiserver
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
 
 
