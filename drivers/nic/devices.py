@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from topodra.common import pciattrs
 from topodra.common.device import AttributeValue, Device
 from topodra.common.topology.model import NetInterface, PciFunction, RdmaDevice, Topology
 
@@ -25,13 +26,10 @@ DRIVER = "nic.topodra.io"
 STD = "resource.kubernetes.io"
 TOPO = "topology.topodra.io"
 
-# The upstream pciBusID helper (GetPCIBusIDAttribute) accepts exactly this: lowercase, a 4-hex
-# domain, 2-hex bus and device, 1-hex function. Devices behind Intel VMD have 5-hex domains
-# (`10000:e1:00.0`); the helper rejects them, so a selector or matchAttribute written against
-# upstream drivers would never see such a value, and publishing it would make our devices
-# disagree with every other driver's idea of the attribute. They get no pciBusID; our own
-# `nic.topodra.io/pciAddress` still carries the address.
-_PCI_BUS_ID = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]\Z")
+# Locality attributes (pciBusID only for addresses the upstream helper accepts, pcieRoot,
+# numaNode, pcieSwitch, socket) come from common/pciattrs.py, shared with the accelerator driver
+# so that matchAttribute lines a NIC up with a GPU. A VMD device (5-hex domain) gets no pciBusID;
+# our own `nic.topodra.io/pciAddress` still carries the address.
 _BDF = re.compile(r"[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 _NETWORK_BASE = 0x02
 _INFINIBAND_CLASS = 0x0C06  # serial bus / InfiniBand (QLogic/Intel TrueScale and OmniPath HFIs)
@@ -83,7 +81,8 @@ class Nic:
 
 def device_name_for_pci(address: str) -> str:
     """`0000:3b:00.0` -> `pci-0000-3b-00-0` (also for 5-hex VMD domains)."""
-    return "pci-" + re.sub(r"[:.]", "-", address.lower())
+    name: str = pciattrs.device_name(address)
+    return name
 
 
 def device_name_for_interface(ifname: str) -> str:
@@ -177,16 +176,7 @@ def _interface_attrs(attrs: dict[str, AttributeValue], iface: NetInterface | Non
 def pci_nic(topo: Topology, fn: PciFunction, interfaces: Sequence[NetInterface]) -> Nic:
     """The device for one PCI network function (pure)."""
     d = DRIVER
-    attrs: dict[str, AttributeValue] = {}
-    if _PCI_BUS_ID.match(fn.address):
-        attrs[f"{STD}/pciBusID"] = fn.address
-    _put(attrs, f"{STD}/pcieRoot", fn.pcie_root)
-    if fn.numa_node is not None and fn.numa_node >= 0:
-        attrs[f"{STD}/numaNode"] = fn.numa_node
-    _put(attrs, f"{TOPO}/pcieSwitch", fn.pcie_switch)
-    pkg = topo.package_of_pci(fn.address)
-    if pkg is not None:
-        attrs[f"{TOPO}/socket"] = pkg.index
+    attrs: dict[str, AttributeValue] = pciattrs.locality_attributes(topo, fn)
     attrs[f"{d}/pciAddress"] = fn.address
     primary, others = _primary(interfaces)
     _interface_attrs(attrs, primary)
@@ -235,8 +225,9 @@ def orphan_nic(address: str, interfaces: Sequence[NetInterface]) -> Nic:
     class/net but not the bus entry): published with what the interface says."""
     d = DRIVER
     attrs: dict[str, AttributeValue] = {}
-    if _PCI_BUS_ID.match(address):
-        attrs[f"{STD}/pciBusID"] = address
+    bus_id = pciattrs.pci_bus_id(address)
+    if bus_id is not None:
+        attrs[pciattrs.PCI_BUS_ID] = bus_id
     attrs[f"{d}/pciAddress"] = address
     primary, others = _primary(interfaces)
     _interface_attrs(attrs, primary)
