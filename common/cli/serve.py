@@ -64,18 +64,13 @@ def register(subparsers: Any) -> None:
 
 
 def _api_client(kubeconfig: str | None) -> Any:
-    from kubernetes import client, config
+    from topodra.common import kube
 
-    cfg = client.Configuration()
     try:
-        if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
-        else:
-            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        return kube.new_api_client(kubeconfig)
     except Exception as e:
         where = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config (no --kubeconfig given)"
         raise ValueError(f"{where}: {e}") from e
-    return client.ApiClient(cfg)
 
 
 def _publisher(

@@ -7,8 +7,10 @@ let tests serve claims from a real kube-apiserver or a stand-in without changing
 
 from __future__ import annotations
 
-import json
 from typing import Any, Protocol
+from urllib.parse import quote
+
+from topodra.common import kube
 
 GROUP = "resource.k8s.io"
 VERSION = "v1"
@@ -29,59 +31,42 @@ class ClaimSource(Protocol):
         ...
 
 
-class KubeClaimSource:
-    """GET `resource.k8s.io/v1` resourceclaims with the official client.
+def claim_path(namespace: str, name: str) -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{quote(namespace, safe='')}/{PLURAL}/{quote(name, safe='')}"
 
-    CustomObjectsApi returns the JSON as dicts, which is exactly what the core wants; the typed
-    ResourceV1Api would only be converted back.
+
+class KubeClaimSource:
+    """GET `resource.k8s.io/v1` resourceclaims through the official client's ApiClient.
+
+    A raw GET whose body is json.loads'ed: the claim core wants the API's JSON, and the
+    client's generated API classes and model deserialization would cost more than the GET
+    itself (see topodra.common.kube).
     """
 
     def __init__(self, api_client: Any, timeout: float = 10.0) -> None:
-        from kubernetes import client
-
-        self._api = client.CustomObjectsApi(api_client)
+        self._api = api_client
         self._timeout = timeout
 
     def get(self, namespace: str, name: str) -> dict[str, Any]:
-        from kubernetes.client.exceptions import ApiException
-
+        what = f"GET ResourceClaim {namespace}/{name}"
         try:
-            # raw body + json.loads: the client's own deserialization costs more than the GET
-            resp: Any = self._api.get_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                name,
-                _request_timeout=self._timeout,
-                _preload_content=False,
-            )
-            obj: Any = json.loads(resp.data)
-        except ApiException as e:
-            if e.status == 404:
-                raise ClaimNotFound(f"ResourceClaim {namespace}/{name} not found") from e
-            raise ClaimSourceError(
-                f"GET ResourceClaim {namespace}/{name}: HTTP {e.status} {e.reason or ''}".rstrip()
-            ) from e
-        except ValueError as e:
-            raise ClaimSourceError(f"GET ResourceClaim {namespace}/{name}: answer is not JSON: {e}") from e
+            resp = kube.request(self._api, "GET", claim_path(namespace, name), timeout=self._timeout)
         except Exception as e:  # urllib3 connection errors, timeouts, TLS: all mean "try later"
-            raise ClaimSourceError(f"GET ResourceClaim {namespace}/{name}: {type(e).__name__}: {e}") from e
+            raise ClaimSourceError(f"{what}: {type(e).__name__}: {e}") from e
+        if resp.status == 404:
+            raise ClaimNotFound(f"ResourceClaim {namespace}/{name} not found")
+        if not resp.ok:
+            raise ClaimSourceError(f"{what}: HTTP {resp.status} {resp.reason}".rstrip())
+        try:
+            obj: Any = resp.json()
+        except ValueError as e:
+            raise ClaimSourceError(f"{what}: answer is not JSON: {e}") from e
         if not isinstance(obj, dict):
-            raise ClaimSourceError(f"GET ResourceClaim {namespace}/{name}: answer is not an object")
+            raise ClaimSourceError(f"{what}: answer is not an object")
         return obj
 
 
 def kube_claim_source(kubeconfig: str | None, timeout: float = 10.0) -> KubeClaimSource:
-    """From a kubeconfig path, or the in-cluster service account when none is given."""
-    from kubernetes import client, config
-
-    cfg = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
-    else:
-        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    # concurrent prepares GET in parallel: keep enough kept-alive connections that none pays a
-    # fresh TLS handshake (urllib3 drops connections beyond the pool size)
-    cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, 64)
-    return KubeClaimSource(client.ApiClient(cfg), timeout)
+    """From a kubeconfig path, or the in-cluster service account when none is given (with a
+    connection pool big enough that concurrent GETs never pay a fresh TLS handshake)."""
+    return KubeClaimSource(kube.new_api_client(kubeconfig), timeout)
