@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from topodra.common import logs
-from topodra.common.runtime.claimsource import GROUP, PLURAL, VERSION
+from topodra.common import kube, logs
+from topodra.common.runtime.claimsource import claim_path
 from topodra.common.runtime.driver import AllocatedDeviceStatus, ClaimRef, ClaimStatusError
 
 _log = logs.get("topodra.runtime.claimstatus")
@@ -118,7 +118,7 @@ def _same(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> boo
 
 
 class KubeClaimStatusWriter:
-    """`ClaimStatusWriter` over the official client (CustomObjectsApi keeps the JSON as dicts)."""
+    """`ClaimStatusWriter` over the official client's ApiClient (raw JSON calls, topodra.common.kube)."""
 
     def __init__(
         self,
@@ -130,9 +130,7 @@ class KubeClaimStatusWriter:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        from kubernetes import client
-
-        self._api = client.CustomObjectsApi(api_client)
+        self._api = api_client
         self.driver = driver
         self._retries = retries
         self._timeout = timeout
@@ -146,24 +144,29 @@ class KubeClaimStatusWriter:
     def remove_devices(self, claim: ClaimRef, keys: Sequence[Key]) -> None:
         self._update(claim, (), keys)
 
+    def _read(self, claim: ClaimRef) -> kube.Response:
+        """GET the claim as JSON (the read of read-modify-write)."""
+        return kube.request(self._api, "GET", claim_path(claim.namespace, claim.name), timeout=self._timeout)
+
     def _update(
         self, claim: ClaimRef, updates: Sequence[AllocatedDeviceStatus], removals: Sequence[Key]
     ) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         label = f"ResourceClaim {claim.namespace}/{claim.name} (uid {claim.uid})"
         removing_only = not updates
+        path = claim_path(claim.namespace, claim.name)
         for attempt in range(self._retries):
             try:
-                obj: Any = self._api.get_namespaced_custom_object(
-                    GROUP, VERSION, claim.namespace, PLURAL, claim.name, _request_timeout=self._timeout
-                )
-            except ApiException as e:
-                if e.status == 404 and removing_only:
-                    return
-                raise ClaimStatusError(f"GET {label}: HTTP {e.status} {e.reason or ''}".rstrip()) from e
+                got = self._read(claim)
             except Exception as e:
                 raise ClaimStatusError(f"GET {label}: {type(e).__name__}: {e}") from e
+            if got.status == 404 and removing_only:
+                return
+            if not got.ok:
+                raise ClaimStatusError(f"GET {label}: HTTP {got.status} {got.reason}".rstrip())
+            try:
+                obj: Any = got.json()
+            except ValueError as e:
+                raise ClaimStatusError(f"GET {label}: answer is not JSON: {e}") from e
             meta = obj.get("metadata") or {}
             if meta.get("uid") != claim.uid:
                 if removing_only:
@@ -183,28 +186,26 @@ class KubeClaimStatusWriter:
             else:
                 body["status"].pop("devices", None)
             try:
-                self._api.replace_namespaced_custom_object_status(
-                    GROUP, VERSION, claim.namespace, PLURAL, claim.name, body, _request_timeout=self._timeout
-                )
-                self._log.info(
-                    f"wrote status.devices of {label}",
-                    claim_namespace=claim.namespace,
-                    claim_name=claim.name,
-                    claim_uid=claim.uid,
-                    devices=[u.device for u in updates],
-                    removed=[k[1] for k in removals],
-                )
-                return
-            except ApiException as e:
-                if e.status == 409:
-                    self._sleep(min(0.05 * 2**attempt, 1.0))
-                    continue  # someone wrote in between: read again
-                if e.status == 404 and removing_only:
-                    return
-                detail = (e.body or "")[:500] if isinstance(e.body, str) else ""
-                raise ClaimStatusError(
-                    f"update status of {label}: HTTP {e.status} {e.reason or ''} {detail}".strip()
-                ) from e
+                put = kube.request(self._api, "PUT", f"{path}/status", body=body, timeout=self._timeout)
             except Exception as e:
                 raise ClaimStatusError(f"update status of {label}: {type(e).__name__}: {e}") from e
+            if put.status == 409:
+                self._sleep(min(0.05 * 2**attempt, 1.0))
+                continue  # someone wrote in between: read again
+            if put.status == 404 and removing_only:
+                return
+            if not put.ok:
+                detail = put.data.decode("utf-8", "replace")[:500]
+                raise ClaimStatusError(
+                    f"update status of {label}: HTTP {put.status} {put.reason} {detail}".strip()
+                )
+            self._log.info(
+                f"wrote status.devices of {label}",
+                claim_namespace=claim.namespace,
+                claim_name=claim.name,
+                claim_uid=claim.uid,
+                devices=[u.device for u in updates],
+                removed=[k[1] for k in removals],
+            )
+            return
         raise ClaimStatusError(f"update status of {label}: still conflicting after {self._retries} attempts")
