@@ -137,16 +137,22 @@ class _KubeWatch:
     """
 
     def __init__(self, client: Any, field_selector: str, resource_version: str, timeout_seconds: int) -> None:
-        from kubernetes import client as k8s
-        from kubernetes import watch
+        from topodra.common import kube
 
-        api = k8s.ResourceV1Api(client)
-
+        # a raw GET, not ResourceV1Api.list_resource_slice: the generated API class imports ~60
+        # model classes and builds validators for all its methods (~5 MiB of a driver's RSS)
         def list_resource_slice(**kwargs):  # type: ignore[no-untyped-def]
-            return api.list_resource_slice(**kwargs)
+            query = {
+                "fieldSelector": kwargs["field_selector"],
+                "resourceVersion": kwargs["resource_version"],
+                "timeoutSeconds": str(kwargs["timeout_seconds"]),
+                "allowWatchBookmarks": "true" if kwargs.get("allow_watch_bookmarks") else "false",
+                "watch": "true" if kwargs.get("watch") else "false",
+            }
+            return kube.open_stream(client, SLICES_PATH, query=query, timeout=kwargs.get("_request_timeout"))
 
         self._func = list_resource_slice
-        self._watch = watch.Watch()  # type: ignore[no-untyped-call]
+        self._watch = kube.new_watch()
         self._kwargs: dict[str, Any] = {
             "field_selector": field_selector,
             "resource_version": resource_version,
@@ -157,7 +163,7 @@ class _KubeWatch:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         try:
-            for event in self._watch.stream(self._func, **self._kwargs):  # type: ignore[no-untyped-call]
+            for event in self._watch.stream(self._func, **self._kwargs):
                 yield {"type": event["type"], "object": event["raw_object"]}
         except ApiError:
             raise
@@ -165,7 +171,7 @@ class _KubeWatch:
             raise _as_api_error("watch", err) from err
 
     def stop(self) -> None:
-        self._watch.stop()  # type: ignore[no-untyped-call]
+        self._watch.stop()
 
 
 def _as_api_error(verb: str, err: BaseException) -> ApiError:
