@@ -1,0 +1,48 @@
+# syntax=docker/dockerfile:1
+# One image for the three topodra DRA drivers: `topodra serve cpu|accelerator|nic`, plus the
+# init-container step `topodra install-hooks` that copies the host-side CDI hooks out of the image.
+#
+# Privileges are not set here but per driver in the DaemonSets (deploy/base/<driver>.yaml), where
+# each one's needs are written next to its securityContext. In short: cpu and accelerator run as
+# root with every capability dropped (root only to own the sockets and files it creates in the
+# kubelet's root-owned folders); nic is privileged (netlink moves of host interfaces need
+# CAP_NET_ADMIN, entering and unmounting pinned network namespaces CAP_SYS_ADMIN, and the
+# Bidirectional mount propagation of its state folder is only allowed for privileged
+# containers). The image's default user is unprivileged, so `topodra inspect`/`slices`/`synth`
+# run without root.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# ---- builder: the topodra wheel and the wheels of its dependencies -----------------------------
+FROM ${PYTHON_IMAGE} AS builder
+WORKDIR /src
+# Only what the wheel is built from (see .dockerignore): tests and tooling stay out of the image.
+COPY pyproject.toml README.md ./
+COPY common/ common/
+COPY drivers/ drivers/
+COPY proto/ proto/
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+# ---- runtime ---------------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE}
+# iproute2 (ip) and util-linux/mount (nsenter, umount): the NIC driver moves interfaces between
+# namespaces and removes namespace pins with them. libudev1: pyudev's uevent monitor (rescans on
+# hot-plug). pci.ids: product names for the accelerator driver's productName attribute.
+# Versions are not pinned: Debian security updates replace them in place, and a pin would break
+# the next build; the base image tag fixes the release.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends iproute2 util-linux mount libudev1 pci.ids \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=builder /wheels /tmp/wheels
+# --no-index: exactly the wheels the builder resolved, nothing fetched at this step.
+RUN pip install --no-cache-dir --no-index --find-links=/tmp/wheels /tmp/wheels/topodra-*.whl \
+ && rm -rf /tmp/wheels \
+ && topodra --help >/dev/null
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+# 65532: the conventional "nonroot" id; the DaemonSets that need root say so themselves.
+RUN useradd --uid 65532 --user-group --no-create-home --shell /usr/sbin/nologin topodra
+USER 65532:65532
+ENTRYPOINT ["topodra"]
+CMD ["--help"]

@@ -1,0 +1,133 @@
+{{/* Labels of every object of driver `kind` (cpu | accelerator | nic). Call with (dict "kind" ...). */}}
+{{- define "topodra.driverLabels" -}}
+app.kubernetes.io/name: topodra-{{ .kind }}-driver
+app.kubernetes.io/part-of: topodra
+{{- end }}
+
+{{- define "topodra.podLabels" -}}
+app.kubernetes.io/name: topodra-{{ .kind }}-driver
+app.kubernetes.io/component: kubelet-plugin
+app.kubernetes.io/part-of: topodra
+{{- end }}
+
+{{- define "topodra.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- end }}
+
+{{/* The unprivileged container securityContext of the cpu and accelerator drivers and the init container. */}}
+{{- define "topodra.rootNoCaps" -}}
+runAsUser: 0
+runAsGroup: 0
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/* Env every driver container gets; call with the root context. */}}
+{{- define "topodra.env" -}}
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: POD_UID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.uid
+{{- end }}
+
+{{/* Common serve flags; call with (dict "root" $ "port" N). */}}
+{{- define "topodra.commonArgs" -}}
+- --kubelet-root-dir={{ .root.Values.kubeletRootDir }}
+- --cdi-root={{ .root.Values.cdiRoot }}
+- --metrics-address=:{{ .port }}
+- --log-level={{ .root.Values.logLevel }}
+{{- end }}
+
+{{- define "topodra.probes" -}}
+startupProbe:
+  httpGet:
+    path: /healthz
+    port: metrics
+  periodSeconds: 2
+  failureThreshold: 30
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: metrics
+  periodSeconds: 10
+  timeoutSeconds: 5
+  failureThreshold: 3
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: metrics
+  periodSeconds: 5
+  timeoutSeconds: 5
+  failureThreshold: 3
+{{- end }}
+
+{{/* Pod-level settings of every driver; call with the root context. */}}
+{{- define "topodra.podCommon" -}}
+priorityClassName: {{ .Values.priorityClassName }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Volumes of the kubelet's folders for driver `kind`; call with (dict "root" $ "kind" ...). */}}
+{{- define "topodra.kubeletMounts" -}}
+- name: plugins-registry
+  mountPath: {{ .root.Values.kubeletRootDir }}/plugins_registry
+- name: plugin-dir
+  mountPath: {{ .root.Values.kubeletRootDir }}/plugins/{{ .kind }}.topodra.io
+- name: cdi
+  mountPath: {{ .root.Values.cdiRoot }}
+- name: sys
+  mountPath: /sys
+  readOnly: true
+{{- end }}
+
+{{- define "topodra.kubeletVolumes" -}}
+- name: plugins-registry
+  hostPath:
+    path: {{ .root.Values.kubeletRootDir }}/plugins_registry
+    type: DirectoryOrCreate
+- name: plugin-dir
+  hostPath:
+    path: {{ .root.Values.kubeletRootDir }}/plugins/{{ .kind }}.topodra.io
+    type: DirectoryOrCreate
+- name: cdi
+  hostPath:
+    path: {{ .root.Values.cdiRoot }}
+    type: DirectoryOrCreate
+- name: sys
+  hostPath:
+    path: /sys
+    type: Directory
+{{- end }}
+
+{{- define "topodra.installHooks" -}}
+- name: install-hooks
+  image: {{ include "topodra.image" .root }}
+  imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+  args: ["install-hooks", "--driver={{ .kind }}", "--dest={{ .root.Values.hookDir }}"]
+  securityContext:
+    {{- include "topodra.rootNoCaps" . | nindent 4 }}
+  resources:
+    requests:
+      cpu: 10m
+      memory: 32Mi
+    limits:
+      memory: 64Mi
+  volumeMounts:
+    - name: hooks
+      mountPath: {{ .root.Values.hookDir }}
+{{- end }}
