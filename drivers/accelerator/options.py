@@ -70,7 +70,7 @@ class AcceleratorOptions:
     exclude: tuple[IdMatch, ...] = ()  # never publish these
     dev_root: Path = Path("/")  # host device nodes are <dev_root>/dev/...
     taint_unhealthy: bool = False
-    rescan_interval: float = 5.0
+    rescan_interval: float = 30.0
     pci_ids: tuple[str, ...] = ()  # pci.ids files tried for product names; empty: the system's
     node_check: str = "strict"  # strict: host nodes must have sysfs's major:minor; exists: any char dev
 
@@ -127,10 +127,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--accelerator-rescan-interval",
         type=float,
-        default=5.0,
+        default=30.0,
         metavar="SECONDS",
-        help="full rediscovery at least this often (PCI functions, drivers and device nodes coming "
-        "or going are seen at once)",
+        help="full rediscovery at least this often (default 30; PCI functions, drivers and device "
+        "nodes coming or going are seen at once, whatever this says)",
     )
     g.add_argument(
         "--accelerator-pci-ids",
@@ -163,7 +163,7 @@ def from_args(args: argparse.Namespace, sysfs_root: Path, node_name: str) -> Acc
         exclude=ids("accelerator_exclude"),
         dev_root=Path(getattr(args, "accelerator_dev_root", None) or "/"),
         taint_unhealthy=bool(getattr(args, "accelerator_taint_unhealthy", False)),
-        rescan_interval=float(getattr(args, "accelerator_rescan_interval", 5.0)),
+        rescan_interval=float(getattr(args, "accelerator_rescan_interval", 30.0)),
         pci_ids=tuple(str(p) for p in paths) if paths else (),
         node_check=str(getattr(args, "accelerator_node_check", "strict")),
     )
