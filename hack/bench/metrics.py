@@ -347,8 +347,31 @@ def summarize(
         "unschedulable_p50_ms": _ms(percentile(unsched, 0.5)),
         "unschedulable_p99_ms": _ms(percentile(unsched, 0.99)),
         "latency_samples": len(bound),
+        "bound_ms_by_size": _by_size(jobs, timing.bound),
+        "accelerators_by_machine": _by_machine(nodes, by_node),
         "model": model.cost(cross),
     }
+
+
+def _by_size(jobs: Sequence[Job], seconds: Mapping[str, float]) -> dict[str, dict[str, float | None]]:
+    """p50 and max of a latency per job size: large aligned claims cost the allocator more."""
+    out: dict[str, dict[str, float | None]] = {}
+    for k in (1, 2, 4, 8):
+        values = [seconds[j.name] for j in jobs if j.accelerators == k and j.name in seconds]
+        out[str(k)] = {"p50": _ms(percentile(values, 0.5)), "max": _ms(max(values) if values else None)}
+    return out
+
+
+def _by_machine(
+    nodes: Mapping[str, Machine], by_node: Mapping[str, Sequence[Placement]]
+) -> dict[str, list[int]]:
+    """[allocated, total] accelerators per machine type."""
+    out: dict[str, list[int]] = {}
+    for name, m in nodes.items():
+        cell = out.setdefault(m.kind, [0, 0])
+        cell[0] += sum(len(p.accelerators) for p in by_node[name])
+        cell[1] += len(m.of(ACCELERATOR))
+    return out
 
 
 def _ms(seconds: float | None) -> float | None:

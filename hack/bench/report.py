@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from hack.bench.metrics import CostModel
+from hack.bench.metrics import CostModel, percentile
 
 Row = tuple[str, Callable[[Mapping[str, Any]], str]]
 
@@ -23,11 +23,33 @@ def _sizes(r: Mapping[str, Any]) -> str:
     return " / ".join(f"{placed[k]}/{wanted[k]}" for k in ("1", "2", "4", "8"))
 
 
+def _machine(r: Mapping[str, Any], kind: str) -> str:
+    """Allocated of total accelerators on one machine type; a kind ending in ':' means any of that source."""
+    by = r.get("accelerators_by_machine", {})
+    cells = [v for k, v in by.items() if (k.startswith(kind) if kind.endswith(":") else k == kind)]
+    if not cells:
+        return "n/a"
+    return f"{sum(c[0] for c in cells)} of {sum(c[1] for c in cells)}"
+
+
+def _size_latency(r: Mapping[str, Any], key: str) -> str:
+    by = r.get("bound_ms_by_size", {})
+    return (
+        " / ".join(
+            "-" if by.get(k, {}).get(key) is None else f"{by[k][key]:.0f}" for k in ("1", "2", "4", "8")
+        )
+        + " ms"
+    )
+
+
 ROWS: Sequence[Row] = (
     ("jobs placed (of jobs in the mix)", lambda r: f"{r['jobs_placed']} of {r['jobs']}"),
     ("placed by size 1 / 2 / 4 / 8 accelerators", _sizes),
     ("jobs submitted to the cluster", lambda r: str(r["jobs_submitted"])),
     ("accelerators allocated", lambda r: f"{r['accelerators_placed']} of {r['accelerators_total']}"),
+    ("... on the synthetic 2s-8acc-8nic nodes", lambda r: _machine(r, "synth:2s-8acc-8nic")),
+    ("... on the synthetic SNC-2 variant", lambda r: _machine(r, "synth:2s-8acc-8nic-snc2")),
+    ("... on the captured 8-accelerator machine", lambda r: _machine(r, "captured:")),
     ("accelerator-NIC pairs (best pairing per job)", lambda r: str(r["pairs"])),
     ("pairs on one PCIe switch", lambda r: pct(r["aligned_switch"])),
     ("pairs on one root complex", lambda r: pct(r["aligned_root"])),
@@ -45,6 +67,8 @@ ROWS: Sequence[Row] = (
         lambda r: f"{r['stranded_accelerators_count']} / {r['stranded_nics_count']}",
     ),
     ("pod create -> nodeName set, p50 / p99", lambda r: f"{ms(r['bound_p50_ms'])} / {ms(r['bound_p99_ms'])}"),
+    ("nodeName p50 by job size 1 / 2 / 4 / 8", lambda r: _size_latency(r, "p50")),
+    ("nodeName slowest by job size 1 / 2 / 4 / 8", lambda r: _size_latency(r, "max")),
     (
         "pod create -> claim allocated, p50 / p99",
         lambda r: f"{ms(r['allocated_p50_ms'])} / {ms(r['allocated_p99_ms'])}",
@@ -80,3 +104,41 @@ def model_text(model: CostModel) -> str:
         "counted: not the lost bandwidth, the longer steps, nor traffic that stays in a socket but "
         "leaves its switch."
     )
+
+
+def repeat_table(repeats: Sequence[Mapping[str, Any]]) -> str:
+    """One row per seed, A / B side by side in each cell, then latency pooled over every seed."""
+    head = (
+        "| seed | jobs | placed A / B | accelerators A / B | pairs on one switch A / B "
+        "| pairs crossing sockets A / B | stranded accelerators A / B | nodeName p50 / p99 A; B |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|---|"]
+    pooled: dict[str, list[float]] = {}
+
+    def ab(rs: Sequence[Mapping[str, Any]], fmt: Callable[[Mapping[str, Any]], str]) -> str:
+        return " / ".join(fmt(r) for r in rs)
+
+    for rep in repeats:
+        rs = rep["results"]
+        for r in rs:
+            pooled.setdefault(r["scenario"], []).extend(r.get("latency_s", {}).get("bound", []))
+        lat = "; ".join(f"{ms(r['bound_p50_ms'])} / {ms(r['bound_p99_ms'])}" for r in rs)
+        cells = [
+            str(rep["seed"]),
+            str(rep["jobs"]),
+            ab(rs, lambda r: str(r["jobs_placed"])),
+            ab(rs, lambda r: str(r["accelerators_placed"])),
+            ab(rs, lambda r: pct(r["aligned_switch"])),
+            ab(rs, lambda r: str(r["pairs_cross_socket"])),
+            ab(rs, lambda r: str(r["stranded_accelerators_aligned"])),
+            lat,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    parts = []
+    for scenario, samples in pooled.items():
+        p50, p99 = percentile(samples, 0.5), percentile(samples, 0.99)
+        p50_ms = None if p50 is None else p50 * 1000
+        p99_ms = None if p99 is None else p99 * 1000
+        parts.append(f"{scenario} p50 {ms(p50_ms)}, p99 {ms(p99_ms)} (n={len(samples)})")
+    lines += ["", "Pod create -> nodeName set, pooled over every seed: " + "; ".join(parts) + "."]
+    return "\n".join(lines)

@@ -266,7 +266,7 @@ def _delete_job(cp: Any, ns: str, name: str) -> None:
 
 
 def run_scenario(
-    cp: Any, cluster: Cluster, scenario: str, jobs: Sequence[Job], *, timeout: float = 60.0
+    cp: Any, cluster: Cluster, scenario: str, jobs: Sequence[Job], namespace: str, *, timeout: float = 60.0
 ) -> ScenarioRun:
     """Submits jobs one at a time (claim, then pod) and waits for the scheduler's verdict.
 
@@ -274,7 +274,7 @@ def run_scenario(
     devices are only ever taken, a job no smaller than one that found no room cannot fit either
     and is not submitted; the run stops once a 1-accelerator job found no room.
     """
-    ns = f"bench-{scenario}"
+    ns = namespace
     _make_namespace(cp, ns)
     from tests.controlplane.cluster import api_resource
 
@@ -327,9 +327,8 @@ def run_scenario(
     return ScenarioRun(scenario, submitted, placements, timing, skipped, seconds)
 
 
-def clear_scenario(cp: Any, scenario: str, timeout: float = 120.0) -> None:
-    """Deletes the scenario's pods and claims and waits until every claim is gone (devices free)."""
-    ns = f"bench-{scenario}"
+def clear_namespace(cp: Any, ns: str, timeout: float = 120.0) -> None:
+    """Deletes a run's pods and claims and waits until every claim is gone (devices free)."""
     core = k8s.CoreV1Api(cp.api_client())
     res = k8s.ResourceV1Api(cp.api_client())
     core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)

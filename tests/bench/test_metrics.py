@@ -237,3 +237,14 @@ def test_summarize_end_to_end(machines: dict[str, Machine]) -> None:
     assert r["free_accelerators"] == 7
     assert r["stranded_accelerators_aligned"] == 7  # the pending 8-accelerator job cannot fit
     assert r["bound_p50_ms"] == pytest.approx(50)
+
+
+def test_summarize_breaks_down_by_machine_and_size(machines: dict[str, Machine]) -> None:
+    hgx, snc = machines["synth:2s-8acc-8nic"], machines["synth:2s-8acc-8nic-snc2"]
+    nodes = {"a": hgx, "b": snc}
+    p = Placement(Job(0, 2), "b", snc.of(ACCELERATOR)[:2], (), ())
+    timing = Timing(bound={"job-000-2acc": 0.2})
+    r = summarize("aligned", [Job(0, 2), Job(1, 1)], [Job(0, 2)], [p], nodes, timing, CostModel())
+    assert r["accelerators_by_machine"] == {"synth:2s-8acc-8nic": [0, 8], "synth:2s-8acc-8nic-snc2": [2, 8]}
+    assert r["bound_ms_by_size"]["2"] == {"p50": pytest.approx(200), "max": pytest.approx(200)}
+    assert r["bound_ms_by_size"]["1"] == {"p50": None, "max": None}
