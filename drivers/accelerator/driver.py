@@ -180,7 +180,12 @@ class AcceleratorDriver:
         for name, address in targets.items():
             o = health.observe(root, address)
             rise = self._aer.rise(address, o.fatal) if o.present else None
-            out[name] = health.judge(o, rise, self._bound.get(address))
+            h = health.judge(o, rise, self._bound.get(address))
+            acc = accs.get(name)
+            if h.health is Health.HEALTHY and acc is not None and acc.problem is not None:
+                # present and bound, but prepare would refuse it: keep the scheduler away
+                h = DeviceHealth(Health.UNHEALTHY, f"{health.CANNOT_PREPARE}: {acc.problem}")
+            out[name] = h
             if o.driver is not None:
                 self._bound[address] = o.driver
         return out

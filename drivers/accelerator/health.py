@@ -7,6 +7,9 @@
   this function. The kernel never lowers the counter of a device, so a device stays unhealthy
   until it is re-enumerated (a lower count: a new device, the baseline starts again) or the
   driver restarts.
+
+The driver adds a fourth: present and bound, but prepare would refuse it (an NVIDIA GPU whose
+minor nobody tells): unhealthy too, so a taint keeps pods from waiting on it forever.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from topodra.common.runtime.driver import DeviceHealth, Health
 from topodra.drivers.accelerator.probe import read_text
 
 BUS = "sys/bus/pci/devices"
+CANNOT_PREPARE = "cannot be prepared"
 
 
 def fatal_total(text: str | None) -> int | None:
@@ -101,4 +105,6 @@ def taint_value(h: DeviceHealth) -> str:
         return "DriverUnbound"
     if m.startswith("PCIe AER"):
         return "AERFatal"
+    if m.startswith(CANNOT_PREPARE):
+        return "CannotPrepare"
     return "Unhealthy"

@@ -161,10 +161,18 @@ def test_nvidia_gpus_get_minor_ctl_and_uvm_nodes(
 def test_an_nvidia_gpu_without_a_known_minor_is_refused(tree: Callable[[str], Path], tmp_path: Path) -> None:
     root = tree("gpu-box")
     shutil.rmtree(root / "proc/driver/nvidia")
-    d = driver_for(root, tmp_path)
+    d = driver_for(root, tmp_path, taint_unhealthy=True)
     name = next(a.name for a in d.accelerators().values() if a.driver == "nvidia")
     with pytest.raises(PrepareError, match=r"information gives no Device Minor"):
         d.prepare(claim(), [alloc(name)], [])
+    # and the scheduler is told: unhealthy, tainted, while the AMD GPUs are fine
+    h = d.health()
+    assert h[name].health is Health.UNHEALTHY and h[name].message.startswith(
+        "cannot be prepared: bound to nvidia"
+    )
+    assert h[GPU0].health is Health.HEALTHY
+    taints = {x.name: [(t.key, t.value) for t in x.taints] for x in d.devices()}
+    assert taints[name] == [(TAINT_KEY, "CannotPrepare")] and taints[GPU0] == []
 
 
 def test_vfio_functions_get_group_device_and_container_nodes(
