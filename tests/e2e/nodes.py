@@ -243,6 +243,27 @@ class SimNode:
         """The registered kubelet client of driver `kind` on this node."""
         return self._kubelets[kind]
 
+    def prepare(self, claim: tuple[str, str, str], drivers: Iterable[str]) -> dict[str, Any]:
+        """NodePrepareResources for one claim (namespace, name, uid) on each named driver, as
+        the kubelet calls every driver that has results in the claim; answer per driver."""
+        uid = claim[2]
+        return {d: self.kubelet(_kind(d)).prepare([claim]).claims[uid] for d in sorted(set(drivers))}
+
+    def unprepare(self, claim: tuple[str, str, str], drivers: Iterable[str]) -> dict[str, str]:
+        """NodeUnprepareResources on each named driver; the error text per driver ('' = done)."""
+        uid = claim[2]
+        return {
+            d: str(self.kubelet(_kind(d)).unprepare([claim]).claims[uid].error) for d in sorted(set(drivers))
+        }
+
+    def checkpoint_claims(self, kind: str) -> dict[str, Any]:
+        """The claims recorded in the driver's checkpoint file (what it still holds)."""
+        path = self.state_dir / f"{driver_name(kind)}.checkpoint.json"
+        if not path.exists():
+            return {}
+        claims: dict[str, Any] = json.loads(path.read_text()).get("claims") or {}
+        return claims
+
     def stop(self, grace: float = 20.0) -> dict[str, int | None]:
         """Stops every process; returns exit status per driver kind."""
         for client in self._kubelets.values():
@@ -366,3 +387,11 @@ def stop_all(nodes: Iterable[SimNode]) -> dict[str, dict[str, int | None]]:
     with ThreadPoolExecutor(max(1, len(nodes))) as pool:
         codes = list(pool.map(lambda n: n.stop(), nodes))
     return {n.name: c for n, c in zip(nodes, codes, strict=True)}
+
+
+def _kind(driver: str) -> str:
+    """`nic.topodra.io` -> `nic`."""
+    kind = driver.removesuffix(".topodra.io")
+    if kind not in KINDS:
+        raise ValueError(f"not a topodra driver: {driver}")
+    return kind
