@@ -31,7 +31,7 @@ from tests.e2e.workloads import (
 pytestmark = pytest.mark.controlplane
 
 REPLICAS = 2  # pods per constrained example
-BASELINE = {"baseline-count-only": 4, "pcieroot-aligned": 3, "pcieswitch-aligned": 3}
+BASELINE = {"baseline-count-only": 8, "pcieroot-aligned": 3, "pcieswitch-aligned": 3}
 # How "aligned" is judged for the unconstrained claims: the alignment examples' own constraints.
 CHECKS = {
     "numaNode": ("resource.kubernetes.io/numaNode", ("cpus", "accelerator", "nic")),
