@@ -1,0 +1,114 @@
+"""The deployment as objects: plain manifests, `kustomize build` and `helm template` output.
+
+helm and kustomize are the real tools, built from their Go modules by hack/build-tools.sh
+(cached by version, like the control plane). Objects are compared as parsed YAML keyed by
+(apiVersion, kind, namespace, name): order, comments and formatting do not matter, every field
+does.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.conftest import REPO
+
+DEPLOY = REPO / "deploy"
+CHART = DEPLOY / "helm" / "topodra"
+BUILD_TOOLS = REPO / "hack" / "build-tools.sh"
+KINDS = ("cpu", "accelerator", "nic")
+OVERLAYS = ("all", "cpu", "accelerator", "nic", "kind")
+
+Obj = dict[str, Any]
+Key = tuple[str, str, str | None, str]
+
+
+class ToolsUnavailable(RuntimeError):
+    """No Go toolchain: helm and kustomize cannot be built here."""
+
+
+@dataclass(frozen=True)
+class Tools:
+    helm: Path
+    kustomize: Path
+
+    def kustomize_build(self, path: Path) -> list[Obj]:
+        return parse(_run([str(self.kustomize), "build", str(path)]))
+
+    def helm_template(self, *args: str, chart: Path = CHART) -> list[Obj]:
+        return parse(_run([str(self.helm), "template", "topodra", str(chart), *args]))
+
+
+def ensure_tools(timeout: float = 1800.0) -> Tools:
+    if shutil.which("go") is None:
+        raise ToolsUnavailable("Go is not installed: helm and kustomize are built from their Go modules")
+    done = subprocess.run(
+        ["bash", str(BUILD_TOOLS)], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{BUILD_TOOLS} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    paths = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    return Tools(helm=Path(paths["helm"]), kustomize=Path(paths["kustomize"]))
+
+
+def _run(argv: Sequence[str]) -> str:
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} exited {done.returncode}:\n{done.stderr}")
+    return done.stdout
+
+
+def parse(text: str) -> list[Obj]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def load(paths: Iterable[Path]) -> list[Obj]:
+    """Objects of plain manifest files; kustomization files are not objects."""
+    out: list[Obj] = []
+    for path in paths:
+        out += [d for d in parse(path.read_text()) if d.get("kind") not in ("Kustomization", "Component")]
+    return out
+
+
+def key(obj: Obj) -> Key:
+    meta = obj["metadata"]
+    return (obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+
+
+def by_key(objs: Iterable[Obj]) -> dict[Key, Obj]:
+    out: dict[Key, Obj] = {}
+    for obj in objs:
+        k = key(obj)
+        assert k not in out, f"{k} appears twice"
+        out[k] = obj
+    return out
+
+
+def base_file(name: str) -> Path:
+    return DEPLOY / "base" / name
+
+
+def example_files() -> list[Path]:
+    return sorted(p for p in (DEPLOY / "examples").glob("*.yaml") if p.name != "kustomization.yaml")
+
+
+def daemonsets(objs: Iterable[Obj]) -> dict[str, Obj]:
+    """DaemonSets by driver kind (cpu/accelerator/nic), from their ServiceAccount name."""
+    out: dict[str, Obj] = {}
+    for obj in objs:
+        if obj["kind"] == "DaemonSet":
+            sa = obj["spec"]["template"]["spec"]["serviceAccountName"]
+            out[sa.removeprefix("topodra-").removesuffix("-driver")] = obj
+    return out
+
+
+def driver_container(ds: Obj) -> Obj:
+    (container,) = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "driver"]
+    found: Obj = container
+    return found
