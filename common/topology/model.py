@@ -21,21 +21,17 @@ Lookups on `Topology` (pure, no I/O):
 - `caches_at(level)`, `l3_groups()`, `cache_of_cpu(n, level)`
 - `device_nodes_of(address)`           drm/accel/vfio nodes of a PCI function
 - `net(name)`, `nets_of_pci(address)`, `rdma(name)`, `rdma_of_pci(address)`
-- `accelerators()`                     PCI functions that look like accelerators
+- `accelerators()`                     PCI functions the accelerator rules accept (classify.py)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from topodra.common.topology import pciids
+from topodra.common.topology import classify, pciids
 
 CpuList = tuple[int, ...]
 
-# PCI base classes that mean "accelerator" to a vendor-neutral reader: display (0x03) and
-# processing accelerators (0x12); co-processors (0x0b40) too.
-_ACCEL_BASE_CLASSES = (0x03, 0x12)
-_COPROCESSOR_CLASS = 0x0B40
 _NETWORK_BASE_CLASS = 0x02
 _BRIDGE_PCI_CLASS = 0x0604
 
@@ -204,10 +200,9 @@ class PciFunction:
         return self.base_class == _NETWORK_BASE_CLASS
 
     @property
-    def is_accelerator(self) -> bool:
-        if self.class_code is None:
-            return False
-        return self.class_code >> 16 in _ACCEL_BASE_CLASSES or self.class_code >> 8 == _COPROCESSOR_CLASS
+    def in_accelerator_class(self) -> bool:
+        """In a class accelerators are found in; `Topology.accelerators()` gives the verdict."""
+        return self.class_code is not None and classify.in_accelerator_class(self.class_code)
 
     @property
     def aer_fatal_total(self) -> int | None:
@@ -391,7 +386,7 @@ class Topology:
         return p.device_nodes if p is not None else ()
 
     def accelerators(self) -> tuple[PciFunction, ...]:
-        return tuple(p for p in self.pci_devices if p.is_accelerator)
+        return tuple(p for p in self.pci_devices if classify.is_accelerator(self, p))
 
     # --- caches -----------------------------------------------------------------------------
     def caches_at(self, level: int) -> tuple[Cache, ...]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 
+from topodra.common.topology import classify
 from topodra.common.topology.model import DeviceNode, PcieLink, PcieRoot, PciFunction, Sriov
 from topodra.common.topology.parse import parse_int, read_cpus, read_hex
 from topodra.common.topology.reader import SysfsReader, is_dir, is_link
@@ -244,8 +245,7 @@ def _read_function(
     if link == PcieLink(None, None, None, None):
         link = None
 
-    base = None if class_code is None else class_code >> 16
-    scan_gpu = base is None or base in (0x03, 0x12) or (class_code is not None and class_code >> 8 == 0x0B40)
+    scan_gpu = class_code is None or classify.in_accelerator_class(class_code)
     nodes = _device_nodes(r, d, address, scan_gpu)
     if driver == "vfio-pci":
         nodes += _vfio_nodes(r, d, address, group)

@@ -176,7 +176,7 @@ def probe(root: Path, functions: Iterable[PciFunction], pci_ids: tuple[str, ...]
             name = pciids.lookup(fn.vendor, fn.device, pci_ids)
             if name:
                 names[fn.address] = name
-        classes = VENDOR_CLASSES if fn.is_accelerator else DISCOVERED_CLASSES + VENDOR_CLASSES
+        classes = VENDOR_CLASSES if fn.in_accelerator_class else DISCOVERED_CLASSES + VENDOR_CLASSES
         found = scan_nodes(fn_dir, fn.address, classes)
         if found:
             extra[fn.address] = found

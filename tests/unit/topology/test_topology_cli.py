@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 from topodra.common.cli.main import main
+from topodra.common.topology.discover import discover
+from topodra.drivers.accelerator import selection
+from topodra.drivers.accelerator.options import AcceleratorOptions
 
 from tests.unit.topology.sysfs_tree import basic_machine
 from tests.unit.topology.test_topology_pci import switch_machine
@@ -134,6 +137,25 @@ def test_text_view_shows_packages_pci_tree_and_locality(
     assert rows["NIC1"] == ["SYS", "SYS", "X"]
 
 
+def test_inspect_lists_no_bmc_display_adapter_as_an_accelerator(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """1s-4acc has an ASPEED BMC VGA (class 0x0300, card node only) besides four GPUs: inspect and
+    the accelerator driver must agree that it is a screen, not an accelerator."""
+    root = tmp_path / "m"
+    assert main(["synth", "--spec", "1s-4acc", "--output", str(root)]) == 0
+    capsys.readouterr()
+    assert main(["inspect", "--sysfs-root", str(root)]) == 0
+    out = capsys.readouterr().out
+    bmc = [line for line in out.splitlines() if "0x030000  0x1a03:" in line]
+    assert len(bmc) == 1, out
+    assert "<ACC" not in bmc[0] and "<NIC" not in bmc[0]
+    legend = dict(line.split(" = ") for line in out.splitlines() if line.startswith("  ACC"))
+    driver = {fn.address for fn in selection.selected(discover(root), AcceleratorOptions())}
+    assert set(legend.values()) == driver and len(driver) == 4
+    assert bmc[0].split()[0] not in legend.values()
+
+
 def test_inspect_imports_no_grpc_kubernetes_or_yaml(tmp_path: Path) -> None:
     basic_machine(tmp_path, cpus=2)
     code = (
@@ -141,7 +163,8 @@ def test_inspect_imports_no_grpc_kubernetes_or_yaml(tmp_path: Path) -> None:
         "from topodra.common.cli.main import main\n"
         f"assert main(['inspect', '--output', 'json', '--sysfs-root', {str(tmp_path)!r}]) == 0\n"
         "roots = ('grpc', 'kubernetes', 'yaml', 'google')\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in roots)\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in roots\n"
+        "               or m.startswith('topodra.drivers.'))\n"
         "print('HEAVY', heavy, file=sys.stderr)\n"
         "sys.exit(1 if heavy else 0)\n"
     )

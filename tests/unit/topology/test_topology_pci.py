@@ -47,7 +47,7 @@ def test_bridges_root_and_switch(tmp_path: Path) -> None:
     assert gpu.pcie_root == gpu.root_bus == "pci0000:00"
     assert gpu.bridges == ("0000:00:01.0", "0000:01:00.0", "0000:02:00.0")
     assert gpu.pcie_switch == "0000:01:00.0"
-    assert gpu.class_hex == "0x030200" and gpu.vendor_hex == "0x10de" and gpu.is_accelerator
+    assert gpu.class_hex == "0x030200" and gpu.vendor_hex == "0x10de" and gpu.in_accelerator_class
     assert [(n.kind, n.name, n.major, n.minor, n.dev_path) for n in gpu.device_nodes] == [
         ("drm-card", "card1", 226, 1, "/dev/dri/card1"),
         ("drm-render", "renderD129", 226, 129, "/dev/dri/renderD129"),
