@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 r = summarize(scenario, jobs, run.submitted, run.placements, cluster.nodes, run.timing, model)
                 r["seconds"] = run.seconds
                 r["skipped"] = run.skipped
+                r["allocator_timeouts"] = run.timed_out
                 r["latency_s"] = {"bound": sorted(run.timing.bound.values())}
                 per_seed["results"].append(r)
                 print(
@@ -172,6 +173,10 @@ def document(
             "- Latency: from just before the pod's create call to the watch event showing "
             "`spec.nodeName` (or the claim's allocation, or the scheduler's 'cannot allocate all "
             "claims'), one job in flight at a time.",
+            "- Jobs whose scheduling the allocator gave up on (its filter timeout) are listed as such and "
+            "not taken as proof of no room.",
+            "- The scheduler breaks ties between equally good nodes at random, so counts move by a job or "
+            "two between runs of the same seed.",
             "- Once a job of size k found no room, later jobs of size >= k are not submitted (devices are "
             "only taken, so they cannot fit either); the run ends when a 1-accelerator job finds no room.",
             f"- {report.model_text(model)}",

@@ -77,6 +77,7 @@ ROWS: Sequence[Row] = (
         "pod create -> 'no room' verdict, p50 / p99",
         lambda r: f"{ms(r['unschedulable_p50_ms'])} / {ms(r['unschedulable_p99_ms'])}",
     ),
+    ("jobs the allocator timed out on", lambda r: str(len(r.get("allocator_timeouts", [])))),
     (
         "MODEL: bytes/step over the socket link",
         lambda r: f"{r['model']['cross_socket_bytes_per_step'] / 2**30:.0f} GiB",

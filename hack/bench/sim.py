@@ -142,6 +142,7 @@ class Observed:
     """What the watches saw, keyed by job (pod and claim share the job's name)."""
 
     created: dict[str, float] = field(default_factory=dict)
+    names: set[tuple[str, str]] = field(default_factory=set)  # (kind, name) of every object seen
     bound: dict[str, tuple[float, str]] = field(default_factory=dict)
     allocated: dict[str, tuple[float, list[dict[str, Any]]]] = field(default_factory=dict)
     unschedulable: dict[str, tuple[float, str]] = field(default_factory=dict)
@@ -151,11 +152,17 @@ class Observed:
 # The scheduler's verdict when the DRA allocator finds no devices on any node. Other reasons
 # (e.g. its informer has not seen the just-created claim yet) are retried by the scheduler.
 NO_DEVICES = "cannot allocate all claims"
+# The allocator gave up on a node (DRASchedulerFilterTimeout): no proof that the job cannot fit.
+ALLOCATOR_TIMEOUT = "timed out trying to allocate devices"
 
 
 class Watcher:
     def __init__(self, cp: Any, namespace: str, seen: Observed) -> None:
+        from tests.controlplane.cluster import dynamic_client
+
         self._cp, self._ns, self._seen = cp, namespace, seen
+        # discovery happens here, before the clock of any job starts
+        self._dyn = {kind: dynamic_client(cp.api_client()) for kind in ("Pod", "ResourceClaim")}
         self._stop = threading.Event()
         self._watches: list[watch.Watch] = []
         self._threads = [
@@ -166,7 +173,37 @@ class Watcher:
     def __enter__(self) -> Watcher:
         for t in self._threads:
             t.start()
+        try:
+            self._wait_open()
+        except BaseException:
+            self.__exit__()
+            raise
         return self
+
+    def _wait_open(self, timeout: float = 60.0) -> None:
+        """Returns once both watches deliver events: a probe pod and claim must be seen by them.
+
+        The probe claim is never used (no pod names it); the probe pod asks for nothing, so it is
+        bound to some node and then force-deleted.
+        """
+        from tests.controlplane.cluster import api_resource
+
+        pods = api_resource(self._dyn["Pod"], "Pod", "v1")
+        claims = api_resource(self._dyn["ResourceClaim"], "ResourceClaim")
+        probe = "watch-probe"
+        request = {"name": "probe", "exactly": {"deviceClassName": "cpu.topodra.io"}}
+        claim = {"metadata": {"name": probe}, "spec": {"devices": {"requests": [request]}}}
+        claims.create(body=claim, namespace=self._ns)
+        body = {
+            "metadata": {"name": probe},
+            "spec": {"containers": [{"name": "probe", "image": "topodra.invalid/probe"}]},
+        }
+        pods.create(body=body, namespace=self._ns)
+        want = {("Pod", probe), ("ResourceClaim", probe)}
+        with self._seen.changed:
+            if not self._seen.changed.wait_for(lambda: want <= self._seen.names, timeout):
+                raise TimeoutError(f"{self._ns}: watches saw no probe objects in {timeout:.0f} s")
+        _delete_job(self._cp, self._ns, probe)
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
@@ -184,15 +221,19 @@ class Watcher:
 
     def _stream(self, kind: str, api_version: str) -> Iterator[dict[str, Any]]:
         """Plain-dict events (the dynamic client), so no typed model has to know every field."""
-        from tests.controlplane.cluster import api_resource, dynamic_client
+        from tests.controlplane.cluster import api_resource
 
-        dyn = dynamic_client(self._cp.api_client())
+        dyn = self._dyn[kind]
         w = watch.Watch()  # type: ignore[no-untyped-call]
         self._watches.append(w)
         resource = api_resource(dyn, kind, api_version)
         events = dyn.watch(resource, namespace=self._ns, timeout=300, watcher=w)  # type: ignore[no-untyped-call]
         for ev in events:
-            yield {"type": ev["type"], "raw_object": ev["raw_object"]}
+            obj = ev["raw_object"]
+            with self._seen.changed:
+                self._seen.names.add((kind, obj["metadata"]["name"]))
+                self._seen.changed.notify_all()
+            yield {"type": ev["type"], "raw_object": obj}
 
     def _pods(self) -> None:
         for ev in self._stream("Pod", "v1"):
@@ -208,7 +249,7 @@ class Watcher:
                     if (
                         c.get("type") == "PodScheduled"
                         and c.get("status") == "False"
-                        and NO_DEVICES in (c.get("message") or "")
+                        and any(m in (c.get("message") or "") for m in (NO_DEVICES, ALLOCATOR_TIMEOUT))
                         and name not in self._seen.unschedulable
                     ):
                         self._seen.unschedulable[name] = (now, c.get("message") or "")
@@ -244,6 +285,7 @@ class ScenarioRun:
     timing: Timing
     skipped: int  # jobs not submitted: a job no larger had already found no room
     seconds: float
+    timed_out: list[str]  # jobs the allocator gave up on (not counted as "no room")
 
 
 def _make_namespace(cp: Any, name: str) -> None:
@@ -284,9 +326,9 @@ def run_scenario(
     submitted: list[Job] = []
     failed_at: int | None = None
     skipped = 0
+    timed_out: list[str] = []
     began = time.monotonic()
     with Watcher(cp, ns, seen):
-        time.sleep(0.5)  # let both watches open before the first create
         for job in jobs:
             if failed_at is not None and job.accelerators >= failed_at:
                 skipped += 1
@@ -304,7 +346,12 @@ def run_scenario(
                 if not seen.changed.wait_for(verdict, timeout):
                     raise TimeoutError(f"{scenario} {job.name}: no scheduling verdict in {timeout:.0f} s")
                 unschedulable = job.name in seen.unschedulable and job.name not in seen.bound
-            if unschedulable:
+                message = seen.unschedulable.get(job.name, (0.0, ""))[1]
+            if unschedulable and ALLOCATOR_TIMEOUT in message and NO_DEVICES not in message:
+                timed_out.append(job.name)  # deleted, but larger jobs are still tried
+                _delete_job(cp, ns, job.name)
+                log.warning("%s: the allocator timed out on %s: %s", scenario, job.name, message)
+            elif unschedulable:
                 failed_at = job.accelerators if failed_at is None else min(failed_at, job.accelerators)
                 _delete_job(cp, ns, job.name)
                 log.info("%s: %s found no room", scenario, job.name)
@@ -322,9 +369,9 @@ def run_scenario(
             timing.bound[job.name] = t_bound - t0
             timing.allocated[job.name] = t_alloc - t0
             placements.append(placement_from_results(job, node, cluster.nodes[node], results))
-        elif job.name in seen.unschedulable:
+        elif job.name in seen.unschedulable and job.name not in timed_out:
             timing.unschedulable[job.name] = seen.unschedulable[job.name][0] - t0
-    return ScenarioRun(scenario, submitted, placements, timing, skipped, seconds)
+    return ScenarioRun(scenario, submitted, placements, timing, skipped, seconds, timed_out)
 
 
 def clear_namespace(cp: Any, ns: str, timeout: float = 120.0) -> None:
