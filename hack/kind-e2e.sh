@@ -23,7 +23,7 @@ log() { printf 'kind-e2e: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
 command -v python3 >/dev/null 2>&1 || die "python3 is needed for the alignment check"
-if ! kind get clusters 2>/dev/null | grep -qx "$name"; then
+if ! kind get clusters 2>/dev/null | grep -x "$name" >/dev/null; then
     "$repo/hack/kind-up.sh"
 fi
 kubectl config use-context "kind-$name" >/dev/null

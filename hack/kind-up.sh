@@ -56,7 +56,7 @@ config="$(mktemp)"
 trap 'rm -f "$config"' EXIT
 sed "s#@SYNTH_DIR@#$synth_dir#g" "$repo/hack/kind/cluster.yaml" >"$config"
 
-if kind get clusters 2>/dev/null | grep -qx "$name"; then
+if kind get clusters 2>/dev/null | grep -x "$name" >/dev/null; then
     log "cluster $name exists; reusing it (delete it with: kind delete cluster --name $name)"
 else
     log "creating cluster $name"
