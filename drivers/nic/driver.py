@@ -26,7 +26,7 @@ from typing import Any
 
 from topodra.common import logs
 from topodra.common.cdi.edits import ContainerEdits, DeviceNode, Hook, NetDevice
-from topodra.common.device import Capacity, Device, Taint, Version
+from topodra.common.device import Device, Taint, device_from_api
 from topodra.common.runtime.config import ConfigError, describe_claim
 from topodra.common.runtime.driver import (
     AllocatedDevice,
@@ -90,26 +90,6 @@ class _View:
 
 def env_token(name: str) -> str:
     return re.sub(r"[^A-Z0-9]", "_", name.upper())
-
-
-def device_from_api(data: Mapping[str, Any]) -> Device:
-    """Inverse of Device.to_api for what this driver publishes (kept in the checkpoint)."""
-    attrs: dict[str, Any] = {}
-    for key, value in (data.get("attributes") or {}).items():
-        if "bool" in value:
-            attrs[key] = bool(value["bool"])
-        elif "int" in value:
-            attrs[key] = int(value["int"])
-        elif "string" in value:
-            attrs[key] = str(value["string"])
-        elif "version" in value:
-            attrs[key] = Version(str(value["version"]))
-        elif "ints" in value:
-            attrs[key] = tuple(int(v) for v in value["ints"])
-        elif "strings" in value:
-            attrs[key] = tuple(str(v) for v in value["strings"])
-    capacity = {k: Capacity(str(v["value"])) for k, v in (data.get("capacity") or {}).items()}
-    return Device(str(data["name"]), attrs, capacity)
 
 
 class _StatusQueue:

@@ -19,13 +19,14 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from topodra.common.cdi.spec import CdiWriter, SpecDevice, build_spec
+from topodra.common.device import device_from_api
 from topodra.common.publisher.build import build_desired
 from topodra.common.runtime.checkpoint import Checkpoint
 from topodra.common.runtime.claims import ClaimManager, cdi_kind
 from topodra.common.runtime.config import ConfigError
 from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, Health, OpaqueConfig, PrepareError
 from topodra.drivers.nic.devices import DRIVER, Selection
-from topodra.drivers.nic.driver import TAINT_KEY, NicDriver, NicOptions, device_from_api
+from topodra.drivers.nic.driver import TAINT_KEY, NicDriver, NicOptions
 
 from tests.drivers.nic.conftest import SynthTree, host_link, process_in
 from tests.unit.runtime_claims.claimkit import MemoryClaimStore, Result, claim_object, new_uid
