@@ -265,9 +265,14 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write via a temp file in the same folder, fsync it, rename over `path`, fsync the folder.
+def atomic_write(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = True) -> None:
+    """Write via a temp file in the same folder renamed over `path`: a reader (or a restarted
+    process) sees the old content or the new, never a mix.
 
+    `durable` (the default) also makes the new content survive a power loss: the data is
+    fsynced before the rename (else the rename can reach the disk before the data, leaving an
+    empty or torn file) and the folder after it (else the rename itself can be lost). Files
+    that are rebuilt from durable state on every start pass `durable=False` (see CdiWriter).
     The temp name ends in `.tmp`, which CDI consumers ignore while it exists.
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -277,7 +282,8 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(FileNotFoundError):
@@ -285,7 +291,8 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
         raise
     os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 class CdiWriter:
@@ -293,6 +300,15 @@ class CdiWriter:
 
     `root` (e.g. /var/run/cdi) is shared with other vendors, so only files named
     `<vendor>-<class>_<id>.json` are ever touched, and `id` must be a safe single path component.
+
+    Writes and removals are atomic (temp file + rename) but not fsynced: a spec is a copy of
+    the `cdiSpec` the claim core keeps in its checkpoint, which is durable before the kubelet
+    hears of the claim, and every start rewrites each completed claim's spec that is missing,
+    unreadable or different and removes specs of claims it does not hold. Only a power loss or
+    a kernel crash loses unsynced page-cache data, and both reboot the node: /var/run/cdi is a
+    tmpfs (emptied anyway), and no container of the claim starts again before the kubelet has
+    re-prepared it through this plugin, which recovers first. A kill -9 of the plugin loses
+    nothing (the page cache survives the process).
     """
 
     def __init__(self, root: Path, kind: str) -> None:
@@ -318,7 +334,7 @@ class CdiWriter:
             raise SpecError(f"spec kind {spec.get('kind')!r} is not this writer's {self.kind!r}")
         self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
         path = self.path(spec_id)
-        atomic_write(path, json.dumps(spec, indent=2, sort_keys=True).encode() + b"\n")
+        atomic_write(path, json.dumps(spec, indent=2, sort_keys=True).encode() + b"\n", durable=False)
         return path
 
     def read(self, spec_id: str) -> dict[str, Any] | None:
@@ -328,21 +344,13 @@ class CdiWriter:
             return None
         return data
 
-    def remove(self, spec_id: str, sync: bool = True) -> bool:
-        """True when a file was removed; a missing file is fine (idempotent). With sync=False
-        the caller batches several removals and calls `sync()` once."""
+    def remove(self, spec_id: str) -> bool:
+        """True when a file was removed; a missing file is fine (idempotent)."""
         try:
             self.path(spec_id).unlink()
         except FileNotFoundError:
             return False
-        if sync:
-            fsync_dir(self.root)
         return True
-
-    def sync(self) -> None:
-        """Make earlier removals durable (one folder fsync)."""
-        if self.root.is_dir():
-            fsync_dir(self.root)
 
     def list_ids(self) -> list[str]:
         """Ids of our spec files present now (stale temp files are not specs and are skipped)."""

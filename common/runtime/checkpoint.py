@@ -24,8 +24,11 @@ File `<driver>.checkpoint.json`:
                           "result": [{"requestNames", "pool", "device", "cdiDeviceIDs", "shareID"?}],
                           "cdiSpec": {...the exact spec document written...}}}}
 
-Writes go through temp file + fsync + rename + fsync of the folder; `<driver>.lock` (flock)
-serializes whole operations between instances (e.g. during a rolling update).
+The file is that document's canonical JSON (sorted keys, no whitespace: the same text the
+checksum covers, made once per save by json's C encoder; `python -m json.tool` shows it
+indented). Writes go through temp file + fsync + rename + fsync of the folder, both phases
+alike; `<driver>.lock` (flock) serializes whole operations between instances (e.g. during a
+rolling update).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,23 +197,40 @@ def record_from_json(d: Mapping[str, Any]) -> ClaimRecord:
     )
 
 
+def _canonical(value: Any) -> str:
+    """The JSON the checksum is defined over: sorted keys, no spaces (json's C encoder)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
 def _checksum(driver: str, claims: Mapping[str, Any]) -> str:
-    body = json.dumps(
-        {"version": VERSION, "driver": driver, "claims": claims}, sort_keys=True, separators=(",", ":")
-    )
-    return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+    return _signature(driver, _canonical(claims).encode())
+
+
+def _signature(driver: str, claims_json: bytes) -> str:
+    """sha256 of the canonical JSON of {version, driver, claims}, from the claims' own JSON."""
+    h = hashlib.sha256(b'{"claims":')
+    h.update(claims_json)
+    h.update(f',"driver":{_canonical(driver)},"version":{VERSION}}}'.encode())
+    return "sha256:" + h.hexdigest()
+
+
+def _member(uid: str, rec: ClaimRecord) -> bytes:
+    """`"<uid>":<record JSON>`, one claim's part of the canonical document."""
+    return f"{_canonical(uid)}:{_canonical(record_to_json(rec))}".encode()
+
+
+def _document(driver: str, members: Iterable[bytes]) -> bytes:
+    """The file from the claims' `_member` texts in uid order: itself the canonical JSON of the
+    whole document (what `json.dumps(doc, sort_keys=True, separators=(",", ":"))` gives), so
+    the claims' text is made once for both the checksum and the file."""
+    claims_json = b"{" + b",".join(members) + b"}"
+    tail = f',"driver":{_canonical(driver)},"format":{_canonical(FORMAT)},"version":{VERSION}}}\n'
+    head = f'{{"checksum":"{_signature(driver, claims_json)}","claims":'
+    return b"".join((head.encode(), claims_json, tail.encode()))
 
 
 def encode(driver: str, records: Mapping[str, ClaimRecord]) -> bytes:
-    claims = {uid: record_to_json(r) for uid, r in sorted(records.items())}
-    doc = {
-        "format": FORMAT,
-        "version": VERSION,
-        "driver": driver,
-        "checksum": _checksum(driver, claims),
-        "claims": claims,
-    }
-    return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
+    return _document(driver, (_member(uid, r) for uid, r in sorted(records.items())))
 
 
 class _Corrupt(Exception):
@@ -259,6 +279,7 @@ class Checkpoint:
         self.lock_path = state_dir / f"{driver_name}.lock"
         self._lock_timeout = lock_timeout
         self._identity: tuple[int, int, int, int] | None = None
+        self._encoded: dict[str, tuple[ClaimRecord, bytes]] = {}  # uid -> (record, its _member)
 
     def ensure_dir(self) -> None:
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -328,6 +349,16 @@ class Checkpoint:
         return records, True
 
     def save(self, records: Mapping[str, ClaimRecord]) -> None:
+        """Write `records` (atomic and durable). Each record's JSON is kept from the save that
+        first wrote it, keyed on the record object itself: records are immutable values (the
+        claim core replaces a record to change it), so a save costs the encoding of the
+        records that changed, not of every claim held."""
         self.ensure_dir()
-        atomic_write(self.path, encode(self.driver, records))
+        encoded: dict[str, tuple[ClaimRecord, bytes]] = {}
+        for uid in sorted(records):
+            rec = records[uid]
+            known = self._encoded.get(uid)
+            encoded[uid] = known if known is not None and known[0] is rec else (rec, _member(uid, rec))
+        atomic_write(self.path, _document(self.driver, (e[1] for e in encoded.values())))
+        self._encoded = encoded
         self._identity = self._stat_identity()

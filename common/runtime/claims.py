@@ -91,7 +91,12 @@ class _Request:
     fetched: dict[str, Any]  # uid -> claim object or the exception its GET raised
     prepared: dict[str, ClaimOutcome] = field(default_factory=dict)
     unprepared: dict[str, str] = field(default_factory=dict)
-    done: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)  # answered
+    wake: threading.Event = field(default_factory=threading.Event)  # answered, or now the leader
+
+    def finish(self) -> None:
+        self.done.set()
+        self.wake.set()
 
     def fail(self, message: str) -> None:
         for c in self.claims:
@@ -159,6 +164,7 @@ class ClaimManager:
         self._lock = threading.Lock()
         self._queue_lock = threading.Lock()
         self._queue: list[_Request] = []
+        self._leading = False  # a caller is serving the queue (see _submit)
         self._records: dict[str, ClaimRecord] = {}
         self._started = False
         self._clean_load = True
@@ -244,7 +250,11 @@ class ClaimManager:
         """A reboot empties /var/run/cdi: put the exact spec back if it is missing or differs."""
         spec_id = rec.claim.uid
         try:
-            if self._cdi.read(spec_id) != rec.cdi_spec:
+            try:
+                current = self._cdi.read(spec_id)
+            except ValueError:
+                current = None  # unreadable (a power loss can tear an unsynced spec): rewrite it
+            if current != rec.cdi_spec:
                 self._cdi.write(spec_id, rec.cdi_spec)
                 self._log.info(f"rewrote CDI spec for {_label(rec.claim)}", **logs.claim(rec.claim))
         except (OSError, ValueError) as e:
@@ -305,38 +315,53 @@ class ClaimManager:
     # --- request batching ---------------------------------------------------------------------
     #
     # Calls are serialized, and every checkpoint write costs fsyncs. Calls that arrive while
-    # another is being served queue up; whoever takes the lock next serves the whole queue with
-    # one checkpoint write per phase (group commit). Queued calls are concurrent, so serving
-    # them in any order is correct; unprepares go first so that freed devices can be reused.
+    # another is being served queue up, and the next batch serves the whole queue with one
+    # checkpoint write per phase (group commit). Queued calls are concurrent, so serving them in
+    # any order is correct; unprepares go first so that freed devices can be reused.
+    #
+    # One caller at a time is the leader: it serves batches until its own call is done, then
+    # hands the lead to the oldest waiting call. Everybody else waits on its own call's event,
+    # so an answered call returns at once instead of queueing behind the next batch for the
+    # serving lock (which made batches small and callers wait for batches not theirs).
 
     def _submit(self, req: _Request) -> None:
         t0 = self._clock()
         with self._queue_lock:
             self._queue.append(req)
-        try:
-            with self._lock:
-                if req.done.is_set():
-                    return
-                with self._checkpoint.locked():
-                    if not self._started:
-                        self._recover()
-                    elif self._checkpoint.changed_on_disk():
-                        self._reload()
-                    with self._queue_lock:
-                        batch, self._queue = self._queue, []
-                    self._serve(batch)
-        except LockTimeout as e:
-            with self._queue_lock:
-                mine = req in self._queue
-                if mine:
-                    self._queue.remove(req)
-            if mine:
-                req.fail(str(e))
-                req.done.set()
-        req.done.wait()
+            lead = not self._leading
+            self._leading = True
+        if not lead:
+            req.wake.wait()  # answered, or handed the lead
+        if not req.done.is_set():
+            self._lead(req)
         elapsed = self._clock() - t0
         for _ in req.claims:
             (self._metrics.prepare if req.op == "prepare" else self._metrics.unprepare)(elapsed)
+
+    def _lead(self, req: _Request) -> None:
+        """Serve queued calls in batches until `req` is answered, then pass the lead on."""
+        try:
+            while not req.done.is_set():
+                try:
+                    with self._lock, self._checkpoint.locked():
+                        if not self._started:
+                            self._recover()
+                        elif self._checkpoint.changed_on_disk():
+                            self._reload()
+                        with self._queue_lock:
+                            batch, self._queue = self._queue, []
+                        self._serve(batch)
+                except LockTimeout as e:
+                    req.fail(str(e))  # each waiting call gets its own full wait for the lock
+                    req.finish()  # (the finally below takes it out of the queue)
+        finally:  # also when serving raised (e.g. a checkpoint from a newer version)
+            with self._queue_lock:
+                if req in self._queue:
+                    self._queue.remove(req)  # its caller gets the exception
+                if self._queue:
+                    self._queue[0].wake.set()
+                else:
+                    self._leading = False
 
     def _serve(self, batch: list[_Request]) -> None:
         try:
@@ -358,7 +383,7 @@ class ClaimManager:
                 r.fail(f"internal error: {type(e).__name__}: {e}")
         finally:
             for r in batch:
-                r.done.set()
+                r.finish()
 
     # --- prepare ------------------------------------------------------------------------------
 
@@ -453,7 +478,9 @@ class ClaimManager:
             started = self._records[c.claim.uid]
             try:
                 prep = self.driver.prepare(c.claim, c.allocated, c.configs)
-                json.dumps(dict(prep.state))  # must survive the checkpoint
+                # the record keeps its own copy, exactly as a restart reads it back, and must
+                # never change once checkpointed (the checkpoint caches each record's encoding)
+                prep = replace(prep, state=json.loads(json.dumps(dict(prep.state), sort_keys=True)))
                 spec, result = self._spec_for(c.claim, c.allocated, prep)
                 self._cdi.write(c.claim.uid, spec)
             except Exception as e:
@@ -617,7 +644,7 @@ class ClaimManager:
         for uid, rec in leaving.items():
             try:
                 self.driver.unprepare(rec.claim, rec.known_preparation())
-                self._cdi.remove(uid, sync=False)
+                self._cdi.remove(uid)
             except Exception as e:
                 message = f"{_label(rec.claim)}: unprepare failed, devices stay reserved: {e}"
                 self._log.error(message, **logs.claim(rec.claim), error=str(e))
@@ -626,7 +653,6 @@ class ClaimManager:
             del self._records[uid]
             released.append(rec)
         try:
-            self._cdi.sync()
             self._checkpoint.save(self._records)
         except OSError as e:
             for rec in released:

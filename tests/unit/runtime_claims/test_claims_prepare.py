@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from topodra.common.runtime.checkpoint import Phase
+from topodra.common.runtime.checkpoint import Checkpoint, CheckpointError, Phase
 from topodra.common.runtime.driver import ClaimRef
 from topodra.common.runtime.seams import ClaimOutcome, ClaimProcessor, ResultDevice
 
@@ -337,6 +340,83 @@ def test_one_call_writes_the_checkpoint_once_per_phase(
     assert m.unprepare(refs) == {r.uid: "" for r in refs}
     assert writes.count(ckpt) == 2
     assert driver.holdings() == {}
+
+
+def test_concurrent_calls_share_a_batch_and_return_without_waiting_for_the_next(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver, dirs: dict[str, Path]
+) -> None:
+    """Group commit across callers: calls queued while the serving one waits are answered in one
+    batch (one checkpoint write per phase), and an answered call returns at once, even while
+    the next batch (a call that arrived later) is still being served."""
+    a, b, c = (put(claim_store, n, Result("r", f"dev-{i}")) for i, n in enumerate("abc"))
+    m = make_manager(driver)
+    gates = {a.uid: threading.Event(), c.uid: threading.Event()}
+    entered = {uid: threading.Event() for uid in gates}
+    real = driver.prepare
+
+    def gated(claim: ClaimRef, *args: Any) -> Any:
+        if claim.uid in gates:
+            entered[claim.uid].set()
+            assert gates[claim.uid].wait(30)
+        return real(claim, *args)
+
+    setattr(driver, "prepare", gated)  # noqa: B010 (an instance attribute over the method)
+    answers: dict[str, ClaimOutcome] = {}
+
+    def call(ref: ClaimRef) -> threading.Thread:
+        t = threading.Thread(target=lambda: answers.update(m.prepare([ref])))
+        t.start()
+        return t
+
+    other = Checkpoint(dirs["state"], DRIVER)  # another instance holds the state lock for a moment
+    with other.locked():
+        ta = call(a)
+        tb = call(b)
+        deadline = time.monotonic() + 10
+        while len(m._queue) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+    assert entered[a.uid].wait(10)  # a and b: one batch, stopped inside the driver at a
+    tc = call(c)  # c queues behind that batch
+    gates[a.uid].set()
+    ta.join(10)
+    tb.join(10)
+    assert not ta.is_alive() and not tb.is_alive()  # a and b answered while c's batch runs
+    assert entered[c.uid].wait(10) and tc.is_alive()
+    assert not answers[a.uid].error and not answers[b.uid].error
+    gates[c.uid].set()
+    tc.join(10)
+    assert not answers[c.uid].error
+    assert driver.holdings() == {"dev-0": a.uid, "dev-1": b.uid, "dev-2": c.uid}
+
+
+def test_a_call_whose_batch_cannot_be_served_does_not_leave_the_others_waiting(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    """The serving caller raises (here: the checkpoint is from a newer program, which must not be
+    touched); every queued call still gets its turn, and its own error, instead of hanging."""
+    dirs["state"].mkdir(parents=True)
+    (dirs["state"] / f"{DRIVER}.checkpoint.json").write_text(
+        json.dumps({"format": "topodra.io/claim-checkpoint", "version": 99, "driver": DRIVER})
+    )
+    m = make_manager(start=False)
+    refs = [put(claim_store, f"c{i}", Result("r", f"dev-{i}")) for i in range(4)]
+    errors: list[BaseException] = []
+
+    def call(ref: ClaimRef) -> None:
+        try:
+            m.prepare([ref])
+        except CheckpointError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=call, args=(r,)) for r in refs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert not any(t.is_alive() for t in threads)
+    assert len(errors) == 4
+    with pytest.raises(CheckpointError, match="newer"):
+        m.prepare([refs[0]])  # and later calls too
 
 
 def test_metrics_and_structured_logs_name_the_claim(

@@ -1,0 +1,203 @@
+"""What survives a power loss: the order in which the claim core makes its writes durable.
+
+A kill -9 (test_claims_faults.py) cannot tell a synced write from an unsynced one: the page
+cache outlives the process. A power loss can, so the order is checked here on the real calls:
+the checkpoint's `started` record is on disk (temp file fsynced, renamed, folder fsynced)
+before the driver acts, `completed` before the kubelet gets the answer; CDI specs are only
+renamed into place, never synced, because every start rewrites them from the checkpoint (which
+the second half of this file exercises with a torn spec).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from topodra.common.runtime.checkpoint import decode, encode
+
+from tests.unit.runtime_claims.claimkit import (
+    DRIVER,
+    HoldDriver,
+    MemoryClaimStore,
+    Result,
+    claim_object,
+    new_uid,
+)
+from tests.unit.runtime_claims.conftest import ManagerFactory
+
+
+def put(store: MemoryClaimStore, name: str, device: str) -> Any:
+    return store.put(claim_object("ns1", name, new_uid(), [Result("r", device)]))
+
+
+def spec_path(dirs: dict[str, Path], uid: str) -> Path:
+    return dirs["cdi"] / f"{DRIVER}-claim_{uid}.json"
+
+
+class IoRecorder:
+    """Logs fsync/rename/unlink of the state and CDI folders' files, and the driver's calls."""
+
+    def __init__(self, dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+        self.events: list[str] = []
+        self._paths: dict[int, str] = {}
+        self._names = {str(dirs["state"]): "state-dir", str(dirs["cdi"]): "cdi-dir"}
+        self._dirs = dirs
+        real_open, real_fsync, real_replace, real_unlink = os.open, os.fsync, os.replace, os.unlink
+
+        def opened(path: Any, *args: Any, **kwargs: Any) -> int:
+            fd = real_open(path, *args, **kwargs)
+            self._paths[fd] = str(path)
+            return fd
+
+        def fsync(fd: int) -> None:
+            real_fsync(fd)
+            self._log("fsync", self._paths.get(fd, "?"))
+
+        def replace(src: Any, dst: Any) -> None:
+            real_replace(src, dst)
+            self._log("rename", str(dst))
+
+        def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+            real_unlink(path, *args, **kwargs)
+            self._log("unlink", str(path))
+
+        monkeypatch.setattr(os, "open", opened)
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "replace", replace)
+        monkeypatch.setattr(os, "unlink", unlink)
+
+    def _log(self, op: str, path: str) -> None:
+        name = self._names.get(path)
+        if name is None:
+            p = Path(path)
+            if p.parent == self._dirs["state"] and ".checkpoint.json" in p.name:
+                name = "checkpoint-temp" if p.name.endswith(".tmp") else "checkpoint"
+            elif p.parent == self._dirs["cdi"]:
+                name = "cdi-temp" if p.name.endswith(".tmp") else "cdi-spec"
+            else:
+                return  # the lock file, the test driver's own hold files
+        self.events.append(f"{op} {name}")
+
+    def around(self, driver: HoldDriver) -> None:
+        for op in ("prepare", "unprepare"):
+            real: Callable[..., Any] = getattr(driver, op)
+
+            def call(*args: Any, _real: Callable[..., Any] = real, _op: str = op) -> Any:
+                self.events.append(f"driver {_op}")
+                return _real(*args)
+
+            setattr(driver, op, call)
+
+
+DURABLE_CHECKPOINT = ["fsync checkpoint-temp", "rename checkpoint", "fsync state-dir"]
+
+
+@pytest.fixture
+def recorder(dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[IoRecorder]:
+    yield IoRecorder(dirs, monkeypatch)
+
+
+def test_started_is_durable_before_the_driver_acts_and_completed_before_the_answer(
+    make_manager: ManagerFactory,
+    claim_store: MemoryClaimStore,
+    driver: HoldDriver,
+    dirs: dict[str, Path],
+    recorder: IoRecorder,
+) -> None:
+    ref = put(claim_store, "c", "dev-0")
+    m = make_manager(driver)
+    recorder.around(driver)
+    recorder.events.clear()
+    assert not m.prepare([ref])[ref.uid].error
+    assert recorder.events == [
+        *DURABLE_CHECKPOINT,  # started
+        "driver prepare",
+        "rename cdi-spec",  # atomic, not synced: rebuilt from the checkpoint on every start
+        *DURABLE_CHECKPOINT,  # completed: only then the answer
+    ]
+    recorder.events.clear()
+    assert m.unprepare([ref]) == {ref.uid: ""}
+    assert recorder.events == [
+        *DURABLE_CHECKPOINT,  # back to started: a crash from here on is rolled back
+        "driver unprepare",
+        "unlink cdi-spec",
+        *DURABLE_CHECKPOINT,  # gone
+    ]
+
+
+def test_a_torn_cdi_spec_is_rewritten_on_start(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    """What a power loss can leave of an unsynced spec on a persistent --cdi-root."""
+    refs = [put(claim_store, f"c{i}", f"dev-{i}") for i in range(3)]
+    make_manager().prepare(refs)
+    good = {r.uid: spec_path(dirs, r.uid).read_bytes() for r in refs}
+    spec_path(dirs, refs[0].uid).write_bytes(good[refs[0].uid][:17])  # torn
+    spec_path(dirs, refs[1].uid).write_bytes(b"")  # renamed before its data reached the disk
+    make_manager()
+    assert {r.uid: spec_path(dirs, r.uid).read_bytes() for r in refs} == good
+
+
+def test_the_file_is_the_canonical_document_after_every_kind_of_change(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    """A save re-encodes only the records that changed; whatever the history, the file must be
+    byte for byte the full encoding of what the manager holds (and its checksum verifies)."""
+    path = dirs["state"] / f"{DRIVER}.checkpoint.json"
+
+    def check(m: Any) -> None:
+        data = path.read_bytes()
+        held = m.prepared()
+        assert decode(DRIVER, data) == held
+        assert data == encode(DRIVER, held)
+        assert data == (json.dumps(json.loads(data), sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+    m = make_manager()
+    a, b, c = (put(claim_store, n, f"dev-{i}") for i, n in enumerate("abc"))
+    m.prepare([a, b])
+    check(m)
+    m.prepare([c])
+    check(m)
+    m.unprepare([a])
+    check(m)
+    m.prepare([a])  # the same uid again: a new record replaces the cached one
+    check(m)
+    claim_store.put(claim_object("ns1", "b", b.uid, [Result("r", "dev-7")]))  # reallocated
+    m.unprepare([b])
+    m.prepare([b])
+    assert [x.device for x in m.prepared()[b.uid].allocated] == ["dev-7"]
+    check(m)
+    m2 = make_manager()  # another instance loads, then both write in turn
+    m2.unprepare([c])
+    check(m2)
+    m.prepare([c])  # m notices the foreign write, reloads, re-encodes
+    check(m)
+
+
+def test_driver_state_is_copied_into_the_record(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver, dirs: dict[str, Path]
+) -> None:
+    """The checkpoint keeps each record's encoding, so a driver that changes the state mapping it
+    returned must not change the record: the record holds its own copy, exactly as a restart
+    would read it back."""
+    returned: list[Any] = []
+    real = driver.prepare
+
+    def keeping(*args: Any) -> Any:
+        prep = real(*args)
+        returned.append(prep.state)
+        return prep
+
+    setattr(driver, "prepare", keeping)  # noqa: B010 (an instance attribute over the method)
+    m = make_manager(driver)
+    ref, other = put(claim_store, "c", "dev-0"), put(claim_store, "d", "dev-1")
+    m.prepare([ref])
+    returned[0]["holds"].append("dev-99")  # the driver misbehaves after answering
+    m.prepare([other])
+    prep: Any = m.prepared()[ref.uid].preparation
+    assert list(prep.state["holds"]) == ["dev-0"]
+    assert decode(DRIVER, (dirs["state"] / f"{DRIVER}.checkpoint.json").read_bytes()) == m.prepared()
