@@ -12,7 +12,14 @@ import re
 from collections.abc import Iterable
 
 from topodra.common.topology.model import Cache, Core, Cpu, Package
-from topodra.common.topology.parse import cached_cpumask, parse_cpulist, parse_int, parse_size, read_cpus
+from topodra.common.topology.parse import (
+    cached_cpumask,
+    parse_cpulist,
+    parse_int,
+    parse_size,
+    read_cpus,
+    read_id,
+)
 from topodra.common.topology.reader import SysfsReader, is_dir
 
 CPU_DIR = "sys/devices/system/cpu"
@@ -105,19 +112,6 @@ def _first_cpus(r: SysfsReader, base: str, names: tuple[str, ...]) -> frozenset[
     return None
 
 
-def _read_id(r: SysfsReader, rel: str, *, required: bool) -> int | None:
-    text = r.read(rel)
-    if text is None:
-        if required:
-            r.warn(rel, "missing")
-        return None
-    value = parse_int(text)
-    if value is None:
-        r.warn(rel, f"not an integer: {text[:40]!r}")
-        return None
-    return None if value < 0 else value
-
-
 _PACKAGE_MASKS = ("package_cpus", "core_siblings", "package_cpus_list", "core_siblings_list")
 _CORE_MASKS = ("core_cpus", "thread_siblings", "core_cpus_list", "thread_siblings_list")
 
@@ -195,10 +189,10 @@ def read_topology(r: SysfsReader, presence: CpuPresence, numa_of: dict[int, int]
     for n in sorted(usable):
         base = f"{CPU_DIR}/cpu{n}/topology"
         raw[n] = _Raw(
-            package_id=_read_id(r, f"{base}/physical_package_id", required=True),
-            die_id=_read_id(r, f"{base}/die_id", required=False),
-            cluster_id=_read_id(r, f"{base}/cluster_id", required=False),
-            core_id=_read_id(r, f"{base}/core_id", required=False),
+            package_id=read_id(r, f"{base}/physical_package_id", required=True),
+            die_id=read_id(r, f"{base}/die_id", required=False),
+            cluster_id=read_id(r, f"{base}/cluster_id", required=False),
+            core_id=read_id(r, f"{base}/core_id", required=False),
             package_mask=_first_cpus(r, base, _PACKAGE_MASKS),
             core_mask=_first_cpus(r, base, _CORE_MASKS),
         )
@@ -306,7 +300,7 @@ def _read_caches(
             if key in seen_index:
                 continue  # the same cache, already read through a sibling
             seen_index.add(key)
-            level = _read_id(r, f"{d}/level", required=True)
+            level = read_id(r, f"{d}/level", required=True)
             ctype_text = r.read(f"{d}/type")
             if ctype_text is None:
                 r.warn(f"{d}/type", "missing")
@@ -332,10 +326,10 @@ def _read_caches(
             seen[ckey] = Cache(
                 level=level,
                 type=ctype,
-                id=_read_id(r, f"{d}/id", required=False),
+                id=read_id(r, f"{d}/id", required=False),
                 size_bytes=size,
                 cpus=cpu_tuple,
-                line_size=_read_id(r, f"{d}/coherency_line_size", required=False),
-                ways=_read_id(r, f"{d}/ways_of_associativity", required=False),
+                line_size=read_id(r, f"{d}/coherency_line_size", required=False),
+                ways=read_id(r, f"{d}/ways_of_associativity", required=False),
             )
     return tuple(sorted(seen.values(), key=lambda c: (c.level, c.type, c.cpus)))

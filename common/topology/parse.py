@@ -7,7 +7,7 @@ naming the file, so discovery can go on.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from topodra.common.topology.reader import SysfsReader
 
@@ -122,28 +122,32 @@ def compress(cpus: Iterable[int]) -> str:
 # --- readers that warn ---------------------------------------------------------------------------
 
 
-def read_int(r: SysfsReader, rel: str, *, required: bool = False) -> int | None:
+def _read_number(
+    r: SysfsReader, rel: str, parse: Callable[[str], int | None], what: str, required: bool
+) -> int | None:
     text = r.read(rel)
     if text is None:
         if required:
             r.warn(rel, "missing")
         return None
-    value = parse_int(text)
+    value = parse(text)
     if value is None:
-        r.warn(rel, f"not an integer: {text[:40]!r}")
+        r.warn(rel, f"not {what}: {text[:40]!r}")
     return value
+
+
+def read_int(r: SysfsReader, rel: str, *, required: bool = False) -> int | None:
+    return _read_number(r, rel, parse_int, "an integer", required)
 
 
 def read_hex(r: SysfsReader, rel: str, *, required: bool = False) -> int | None:
-    text = r.read(rel)
-    if text is None:
-        if required:
-            r.warn(rel, "missing")
-        return None
-    value = parse_hex(text)
-    if value is None:
-        r.warn(rel, f"not a hex number: {text[:40]!r}")
-    return value
+    return _read_number(r, rel, parse_hex, "a hex number", required)
+
+
+def read_id(r: SysfsReader, rel: str, *, required: bool = False) -> int | None:
+    """An id or count where the kernel writes -1 for "none" (numa_node, physical_package_id)."""
+    value = read_int(r, rel, required=required)
+    return None if value is None or value < 0 else value
 
 
 def read_cpus(r: SysfsReader, mask_rel: str | None, list_rel: str | None) -> frozenset[int] | None:

@@ -16,7 +16,7 @@ import re
 
 from topodra.common.topology import classify
 from topodra.common.topology.model import DeviceNode, PcieLink, PcieRoot, PciFunction, Sriov
-from topodra.common.topology.parse import parse_int, read_cpus, read_hex
+from topodra.common.topology.parse import parse_int, read_cpus, read_hex, read_id, read_int
 from topodra.common.topology.reader import SysfsReader, is_dir, is_link
 
 BUS_DIR = "sys/bus/pci/devices"
@@ -105,14 +105,8 @@ def _speed(text: str | None) -> str | None:
 
 
 def _width(r: SysfsReader, rel: str) -> int | None:
-    text = r.read(rel)
-    if text is None:
-        return None
-    n = parse_int(text)
-    if n is None:
-        r.warn(rel, f"not an integer: {text[:40]!r}")
-        return None
-    return n if 0 < n <= 32 else None  # 255 / 0: link down or not a PCIe link
+    n = read_int(r, rel)
+    return n if n is not None and 0 < n <= 32 else None  # 255 / 0: link down or not a PCIe link
 
 
 def _dev_numbers(r: SysfsReader, rel: str) -> tuple[int | None, int | None]:
@@ -201,15 +195,7 @@ def _read_function(
             sysfs_path=loc.path,
         )
     class_code = read_hex(r, f"{d}/class", required=True)
-    numa = None
-    numa_rel = f"{d}/numa_node"
-    numa_text = r.read(numa_rel)
-    if numa_text is not None:
-        numa = parse_int(numa_text)
-        if numa is None:
-            r.warn(numa_rel, f"not an integer: {numa_text[:40]!r}")
-        elif numa < 0:
-            numa = None  # -1: firmware gave no proximity (VMs, single-node boxes)
+    numa = read_id(r, f"{d}/numa_node")  # -1: firmware gave no proximity (VMs, single-node boxes)
     local = read_cpus(r, f"{d}/local_cpus", f"{d}/local_cpulist")
     driver = _basename_link(r, f"{d}/driver")
     group_name = _basename_link(r, f"{d}/iommu_group")
@@ -224,10 +210,7 @@ def _read_function(
             total = parse_int(total_text)
             if total is None:
                 r.warn(f"{d}/sriov_totalvfs", f"not an integer: {total_text[:40]!r}")
-            numvfs_text = r.read(f"{d}/sriov_numvfs")
-            numvfs = parse_int(numvfs_text) if numvfs_text is not None else None
-            if numvfs_text is not None and numvfs is None:
-                r.warn(f"{d}/sriov_numvfs", f"not an integer: {numvfs_text[:40]!r}")
+            numvfs = read_int(r, f"{d}/sriov_numvfs")
             for i in range(min(numvfs or 0, 4096)):
                 vf = _basename_link(r, f"{d}/virtfn{i}")
                 if vf is not None:
