@@ -43,6 +43,11 @@ class Location:
         self.root_bus = root_bus
         self.bridges = bridges
 
+    @property
+    def pcie_switch(self) -> str | None:
+        """A switch's upstream port: the second bridge, when a third (its downstream port) follows."""
+        return self.bridges[1] if len(self.bridges) >= 3 else None
+
 
 def locate(path: str) -> Location:
     """Root complex and bridge chain of a function from its resolved sysfs path."""
@@ -191,7 +196,7 @@ def _read_function(
             pcie_root=loc.pcie_root,
             root_bus=loc.root_bus,
             bridges=loc.bridges,
-            pcie_switch=loc.bridges[1] if len(loc.bridges) >= 3 else None,
+            pcie_switch=loc.pcie_switch,
             sysfs_path=loc.path,
         )
     class_code = read_hex(r, f"{d}/class", required=True)
@@ -249,7 +254,7 @@ def _read_function(
         pcie_root=loc.pcie_root,
         root_bus=loc.root_bus,
         bridges=loc.bridges,
-        pcie_switch=loc.bridges[1] if len(loc.bridges) >= 3 else None,
+        pcie_switch=loc.pcie_switch,
         sysfs_path=loc.path,
         aer_fatal=_aer(r, f"{d}/aer_dev_fatal"),
         device_nodes=tuple(nodes),
