@@ -290,6 +290,8 @@ class ControlPlane:
             f"--service-account-signing-key-file={p.sa_private_key}",
             "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction,ValidatingAdmissionPolicy",
+            # As kubeadm and kind set it: the NIC driver's DaemonSet (deploy/) is privileged.
+            "--allow-privileged=true",
             f"--runtime-config={RUNTIME_CONFIG}",
             f"--feature-gates={_feature_gate_flag(self.feature_gates)}",
             "--profiling=false",
