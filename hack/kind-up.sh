@@ -64,7 +64,8 @@ else
 fi
 kubectl config use-context "kind-$name" >/dev/null
 
-minor="$(kubectl version -o json | sed -n '/"serverVersion"/,/}/s/.*"minor": *"\([0-9]*\).*/\1/p' | head -n1)"
+minor="$(kubectl version -o json | sed -n '/"serverVersion"/,/}/s/.*"minor": *"\([0-9]*\).*/\1/p')"
+minor="${minor%%$'\n'*}" # the first match (no `head`: under pipefail its early exit would fail the pipe)
 [[ -n "$minor" && "$minor" -ge "$min_minor" ]] ||
     die "the cluster runs Kubernetes 1.${minor:-?}; topodra needs 1.$min_minor or newer (set KIND_NODE_IMAGE)"
 

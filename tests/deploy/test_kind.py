@@ -156,7 +156,9 @@ args = sys.argv[1:]
 with open(log, "a") as f:
     f.write(json.dumps(["kubectl", *args]) + "\n")
 if args[:1] == ["version"]:
-    print(json.dumps({"serverVersion": {"major": "1", "minor": os.environ.get("FAKE_MINOR", "34")}}))
+    version = {"major": "1", "minor": os.environ.get("FAKE_MINOR", "34")}
+    # laid out as kubectl does; the client's minor comes first and must not be taken
+    print(json.dumps({"clientVersion": {"major": "1", "minor": "99"}, "serverVersion": version}, indent=2))
 elif "-k" in args:
     out = subprocess.run([os.environ["FAKE_KUSTOMIZE"], "build", args[args.index("-k") + 1]],
                          capture_output=True, text=True)
@@ -164,6 +166,8 @@ elif "-k" in args:
     sys.exit(out.returncode)
 elif args[:1] == ["create"]:
     print("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: x")
+elif args[:3] == ["apply", "-f", "-"]:
+    sys.stdin.read()  # as kubectl does: the writer must not see a closed pipe
 elif args[:2] == ["get", "resourceclaims"] and "json" in args:
     print(open(os.environ["FAKE_CLAIMS"]).read())
 elif args[:2] == ["get", "resourceclaims"]:

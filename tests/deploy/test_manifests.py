@@ -375,3 +375,11 @@ def test_examples_kustomization_lists_every_example() -> None:
     assert sorted(kust["resources"]) == sorted(p.name for p in example_files())
     assert "namespace" not in kust  # applied into the namespace the user picks
     assert json.dumps(EXAMPLES).count('"namespace"') == 0
+
+
+def test_namespace_admits_the_drivers_pods() -> None:
+    """Every driver mounts host folders (Pod Security baseline forbids hostPath), the NIC driver
+    is privileged with host namespaces: the namespace must be exempt from enforced levels."""
+    (ns,) = [o for o in BASE if o["kind"] == "Namespace"]
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert all(any("hostPath" in v for v in ds["spec"]["template"]["spec"]["volumes"]) for ds in DS.values())
