@@ -96,6 +96,7 @@ def test_drivers_recover_from_an_apiserver_restart_without_restarting(
         node.wait_published()
     pids = {(n.name, k): p.pid for n in fleet.nodes.values() for k, p in n.drivers.items()}
 
+    stopping = time.monotonic()
     cp.stop_apiserver()
     outage = time.monotonic()
     time.sleep(3.0)  # the drivers' watches and syncs fail and back off meanwhile
@@ -108,6 +109,7 @@ def test_drivers_recover_from_an_apiserver_restart_without_restarting(
     old = {role: wipe(node) for role, node in fleet.nodes.items()}
     healed = {role: wait_republished(node, old[role], back) for role, node in fleet.nodes.items()}
     hgx = fleet.nodes["hgx"]
+    healed_at = time.monotonic()
 
     # a claim created after the restart, allocated by the scheduler and prepared on the node
     example = load_examples()["pcieswitch-aligned"]
@@ -117,6 +119,7 @@ def test_drivers_recover_from_an_apiserver_restart_without_restarting(
     )
     placed = workloads.wait_placed("after-restart", timeout=90)
     assert placed.node == hgx.name
+    allocated_at = time.monotonic()
     drivers = {r.driver for r in placed.results}
     answers = hgx.prepare(placed.claim_ref, drivers)
     for driver, answer in answers.items():
@@ -125,6 +128,7 @@ def test_drivers_recover_from_an_apiserver_restart_without_restarting(
             r.device for r in placed.results if r.driver == driver
         }
     assert hgx.unprepare(placed.claim_ref, drivers) == {d: "" for d in drivers}
+    prepared_at = time.monotonic()
     workloads.delete_pod("after-restart")
 
     assert {(n.name, k): p.pid for n in fleet.nodes.values() for k, p in n.drivers.items()} == pids
@@ -137,4 +141,7 @@ def test_drivers_recover_from_an_apiserver_restart_without_restarting(
         f"\napiserver down {down:.1f} s; slices equal again after it answered: "
         + ", ".join(f"{r} {t:.2f} s" for r, t in healed.items())
         + " (every node wiped right after the restart)\n"
+        + f"phases: stop {outage - stopping:.1f} s, start {back - outage - 3.0:.1f} s, "
+        + f"heal {healed_at - back:.1f} s, claim allocated {allocated_at - healed_at:.1f} s "
+        + f"(scheduler and claim controller reconnecting), prepared {prepared_at - allocated_at:.1f} s\n"
     )
