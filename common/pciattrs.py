@@ -14,6 +14,9 @@ used by both, rather than two copies that drift.
   every other device without affinity.
 - `topology.topodra.io/pcieSwitch`: the second bridge of the chain (a switch's upstream port).
 - `topology.topodra.io/socket`: the package index (packages ordered by lowest CPU).
+
+Also the driver-domain attributes every PCI driver publishes the same way under its own domain
+(`<domain>/vendorId`, `sriovPhysicalFunction`, ...), and `put`, the rule for setting one.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ SOCKET = f"{TOPO}/socket"
 # What upstream's GetPCIBusIDAttribute accepts: lowercase, 4-hex domain, 2-hex bus and device,
 # 1-hex function.
 UPSTREAM_BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]\Z")
-_MAX_STRING = 64
+MAX_STRING = 64  # the API's limit on a string attribute value, in bytes
 
 
 def device_name(address: str) -> str:
@@ -54,13 +57,55 @@ def locality_attributes(topo: Topology, fn: PciFunction) -> dict[str, AttributeV
     bus_id = pci_bus_id(fn.address)
     if bus_id is not None:
         attrs[PCI_BUS_ID] = bus_id
-    if fn.pcie_root and len(fn.pcie_root) <= _MAX_STRING:
+    if fn.pcie_root and len(fn.pcie_root) <= MAX_STRING:
         attrs[PCIE_ROOT] = fn.pcie_root
     if fn.numa_node is not None and fn.numa_node >= 0:
         attrs[NUMA_NODE] = fn.numa_node
-    if fn.pcie_switch and len(fn.pcie_switch) <= _MAX_STRING:
+    if fn.pcie_switch and len(fn.pcie_switch) <= MAX_STRING:
         attrs[PCIE_SWITCH] = fn.pcie_switch
     pkg = topo.package_of_pci(fn.address)
     if pkg is not None:
         attrs[SOCKET] = pkg.index
+    return attrs
+
+
+def put(attrs: dict[str, AttributeValue], key: str, value: AttributeValue | None) -> None:
+    """Set an attribute when known; an empty string or one over MAX_STRING is left out, never
+    cut (a cut value would lie to selectors; a driver cuts only what it knows is prose)."""
+    if value is None:
+        return
+    if isinstance(value, str) and (not value or len(value.encode()) > MAX_STRING):
+        return
+    attrs[key] = value
+
+
+def identity_attributes(fn: PciFunction, domain: str) -> dict[str, AttributeValue]:
+    """vendorId, deviceId, subsystemVendorId, subsystemDeviceId ("0x10de"), pciClass
+    ("0x030200") and kernelDriver under `domain`, each only when known."""
+    attrs: dict[str, AttributeValue] = {}
+    put(attrs, f"{domain}/vendorId", fn.vendor_hex)
+    put(attrs, f"{domain}/deviceId", fn.device_hex)
+    put(attrs, f"{domain}/pciClass", fn.class_hex)
+    put(attrs, f"{domain}/kernelDriver", fn.driver)
+    if fn.subsystem_vendor is not None:
+        attrs[f"{domain}/subsystemVendorId"] = f"0x{fn.subsystem_vendor:04x}"
+    if fn.subsystem_device is not None:
+        attrs[f"{domain}/subsystemDeviceId"] = f"0x{fn.subsystem_device:04x}"
+    return attrs
+
+
+def sriov_attributes(topo: Topology, fn: PciFunction, domain: str) -> dict[str, AttributeValue]:
+    """sriovVirtualFunction always; a VF's sriovPhysicalFunction and sriovVfIndex (its place in
+    the PF's virtfnN list), or a PF's sriovTotalVfs and sriovNumVfs."""
+    sriov = fn.sriov
+    physfn = sriov.physfn if sriov is not None else None
+    attrs: dict[str, AttributeValue] = {f"{domain}/sriovVirtualFunction": physfn is not None}
+    if physfn is not None:
+        attrs[f"{domain}/sriovPhysicalFunction"] = physfn
+        pf = topo.pci(physfn)
+        if pf is not None and pf.sriov is not None and fn.address in pf.sriov.virtfns:
+            attrs[f"{domain}/sriovVfIndex"] = pf.sriov.virtfns.index(fn.address)
+    elif sriov is not None:
+        put(attrs, f"{domain}/sriovTotalVfs", sriov.total_vfs)
+        put(attrs, f"{domain}/sriovNumVfs", sriov.num_vfs)
     return attrs

@@ -37,7 +37,7 @@ from topodra.drivers.accelerator.probe import HostInfo
 DRIVER = "accelerator.topodra.io"
 MEMORY = f"{DRIVER}/memory"
 MAX_KEYS = 32
-MAX_STRING = 64
+MAX_STRING = pciattrs.MAX_STRING
 NVIDIA_MAJOR = 195  # LANANA-registered; proc/devices says so when the driver is loaded
 NVIDIA_CTL_MINOR = 255
 _GTS = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s")
@@ -105,48 +105,22 @@ def cut(text: str, limit: int = MAX_STRING) -> str:
     return data[:limit].decode("utf-8", "ignore").rstrip()
 
 
-def _put(attrs: dict[str, AttributeValue], key: str, value: AttributeValue | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, str) and (not value or len(value.encode()) > MAX_STRING):
-        return  # only product names are cut; any other long value would lie when cut
-    attrs[key] = value
-
-
-def _hex4(value: int | None) -> str | None:
-    return None if value is None else f"0x{value:04x}"
-
-
 def attributes(topo: Topology, fn: PciFunction, host: HostInfo) -> dict[str, AttributeValue]:
     d = DRIVER
     attrs: dict[str, AttributeValue] = pciattrs.locality_attributes(topo, fn)
     attrs[f"{d}/pciAddress"] = fn.address
     attrs[f"{d}/type"] = selection.kind_of(fn)
-    _put(attrs, f"{d}/vendorId", _hex4(fn.vendor))
-    _put(attrs, f"{d}/deviceId", _hex4(fn.device))
-    _put(attrs, f"{d}/pciClass", fn.class_hex)
-    _put(attrs, f"{d}/kernelDriver", fn.driver)
+    attrs.update(pciattrs.identity_attributes(fn, d))
     name = host.product_names.get(fn.address)
     if name:
-        _put(attrs, f"{d}/productName", cut(" ".join(name.split())))
-    _put(attrs, f"{d}/subsystemVendorId", _hex4(fn.subsystem_vendor))
-    _put(attrs, f"{d}/subsystemDeviceId", _hex4(fn.subsystem_device))
+        pciattrs.put(attrs, f"{d}/productName", cut(" ".join(name.split())))
     speed = link_speed(topo, fn)
-    _put(attrs, f"{d}/pcieLinkSpeed", speed)
-    _put(attrs, f"{d}/pcieLinkGeneration", generation(speed))
-    _put(attrs, f"{d}/pcieLinkWidth", fn.link.current_width if fn.link is not None else None)
-    _put(attrs, f"{d}/iommuGroup", fn.iommu_group)
-    sriov = fn.sriov
-    attrs[f"{d}/sriovVirtualFunction"] = sriov is not None and sriov.physfn is not None
-    _put(attrs, f"{d}/sriovRole", sriov.role if sriov is not None else None)
-    if sriov is not None and sriov.physfn is not None:
-        attrs[f"{d}/sriovPhysicalFunction"] = sriov.physfn
-        pf = topo.pci(sriov.physfn)
-        if pf is not None and pf.sriov is not None and fn.address in pf.sriov.virtfns:
-            attrs[f"{d}/sriovVfIndex"] = pf.sriov.virtfns.index(fn.address)
-    elif sriov is not None:
-        _put(attrs, f"{d}/sriovTotalVfs", sriov.total_vfs)
-        _put(attrs, f"{d}/sriovNumVfs", sriov.num_vfs)
+    pciattrs.put(attrs, f"{d}/pcieLinkSpeed", speed)
+    pciattrs.put(attrs, f"{d}/pcieLinkGeneration", generation(speed))
+    pciattrs.put(attrs, f"{d}/pcieLinkWidth", fn.link.current_width if fn.link is not None else None)
+    pciattrs.put(attrs, f"{d}/iommuGroup", fn.iommu_group)
+    pciattrs.put(attrs, f"{d}/sriovRole", fn.sriov.role if fn.sriov is not None else None)
+    attrs.update(pciattrs.sriov_attributes(topo, fn, d))
     return attrs
 
 

@@ -35,7 +35,6 @@ _NETWORK_BASE = 0x02
 _INFINIBAND_CLASS = 0x0C06  # serial bus / InfiniBand (QLogic/Intel TrueScale and OmniPath HFIs)
 _IB_SUBCLASS = 0x0207
 _IPOIB_MAC_LEN = 59  # 20 bytes
-_MAX_STRING = 64
 _OPER_DOWN = frozenset({"down", "lowerlayerdown", "notpresent"})
 
 
@@ -137,16 +136,6 @@ def _selected(names: Sequence[str], sel: Selection) -> bool:
     return True
 
 
-def _put(attrs: dict[str, AttributeValue], key: str, value: AttributeValue | None) -> None:
-    """Set an attribute when known; a string over the API's 64 is left out, never cut (a cut
-    value would lie to selectors)."""
-    if value is None:
-        return
-    if isinstance(value, str) and (not value or len(value.encode()) > _MAX_STRING):
-        return
-    attrs[key] = value
-
-
 def _char_devices(fn: PciFunction | None, rdma: Sequence[RdmaDevice]) -> tuple[CharDevice, ...]:
     """RDMA verbs nodes, and VFIO nodes of a function bound to vfio-pci (a VM in a pod)."""
     out = []
@@ -165,12 +154,12 @@ def _interface_attrs(attrs: dict[str, AttributeValue], iface: NetInterface | Non
     if iface is None:
         return
     d = DRIVER
-    _put(attrs, f"{d}/interfaceName", iface.name)
-    _put(attrs, f"{d}/macAddress", iface.mac)
-    _put(attrs, f"{d}/mtu", iface.mtu)
-    _put(attrs, f"{d}/linkSpeedMbps", iface.speed_mbps)
-    _put(attrs, f"{d}/operState", iface.operstate)
-    _put(attrs, f"{d}/carrier", iface.carrier)
+    pciattrs.put(attrs, f"{d}/interfaceName", iface.name)
+    pciattrs.put(attrs, f"{d}/macAddress", iface.mac)
+    pciattrs.put(attrs, f"{d}/mtu", iface.mtu)
+    pciattrs.put(attrs, f"{d}/linkSpeedMbps", iface.speed_mbps)
+    pciattrs.put(attrs, f"{d}/operState", iface.operstate)
+    pciattrs.put(attrs, f"{d}/carrier", iface.carrier)
 
 
 def pci_nic(topo: Topology, fn: PciFunction, interfaces: Sequence[NetInterface]) -> Nic:
@@ -183,26 +172,9 @@ def pci_nic(topo: Topology, fn: PciFunction, interfaces: Sequence[NetInterface])
     rdma = topo.rdma_of_pci(fn.address)
     attrs[f"{d}/rdma"] = bool(rdma)
     if rdma:
-        _put(attrs, f"{d}/rdmaDevice", rdma[0].name)
-    sriov = fn.sriov
-    is_vf = sriov is not None and sriov.physfn is not None
-    attrs[f"{d}/sriovVirtualFunction"] = is_vf
-    if sriov is not None and is_vf and sriov.physfn is not None:
-        attrs[f"{d}/sriovPhysicalFunction"] = sriov.physfn
-        pf = topo.pci(sriov.physfn)
-        if pf is not None and pf.sriov is not None and fn.address in pf.sriov.virtfns:
-            attrs[f"{d}/sriovVfIndex"] = pf.sriov.virtfns.index(fn.address)
-    elif sriov is not None:
-        _put(attrs, f"{d}/sriovTotalVfs", sriov.total_vfs)
-        _put(attrs, f"{d}/sriovNumVfs", sriov.num_vfs)
-    _put(attrs, f"{d}/vendorId", fn.vendor_hex)
-    _put(attrs, f"{d}/deviceId", fn.device_hex)
-    if fn.subsystem_vendor is not None:
-        attrs[f"{d}/subsystemVendorId"] = f"0x{fn.subsystem_vendor:04x}"
-    if fn.subsystem_device is not None:
-        attrs[f"{d}/subsystemDeviceId"] = f"0x{fn.subsystem_device:04x}"
-    _put(attrs, f"{d}/pciClass", fn.class_hex)
-    _put(attrs, f"{d}/kernelDriver", fn.driver)
+        pciattrs.put(attrs, f"{d}/rdmaDevice", rdma[0].name)
+    attrs.update(pciattrs.sriov_attributes(topo, fn, d))
+    attrs.update(pciattrs.identity_attributes(fn, d))
     attrs[f"{d}/linkType"] = link_type(fn, primary)
     attrs[f"{d}/virtual"] = False
     return Nic(
@@ -234,7 +206,7 @@ def orphan_nic(address: str, interfaces: Sequence[NetInterface]) -> Nic:
     rdma = tuple(primary.rdma_devices) if primary else ()
     attrs[f"{d}/rdma"] = bool(rdma)
     if rdma:
-        _put(attrs, f"{d}/rdmaDevice", rdma[0])
+        pciattrs.put(attrs, f"{d}/rdmaDevice", rdma[0])
     attrs[f"{d}/linkType"] = link_type(None, primary)
     attrs[f"{d}/virtual"] = False
     return Nic(

@@ -17,6 +17,7 @@ from topodra.common.device import (
     Version,
     device_from_api,
 )
+from topodra.common.topology.model import PciFunction, Sriov, Topology
 
 
 @pytest.mark.parametrize(
@@ -73,3 +74,62 @@ def test_device_from_api_inverts_to_api(attrs: dict[str, AttributeValue], memory
 def test_device_from_api_rejects_a_value_without_a_known_field() -> None:
     with pytest.raises(ValueError, match="attribute value"):
         device_from_api({"name": "d", "attributes": {"x.io/a": {"float": 1.5}}})
+
+
+def _fn(address: str, sriov: Sriov | None, **kw: object) -> PciFunction:
+    base: dict[str, object] = dict(
+        class_code=0x020000, vendor=0x15B3, device=0x101E, subsystem_vendor=0x15B3, subsystem_device=0x0071,
+        numa_node=None, local_cpus=(), driver="mlx5_core", iommu_group=None, link=None, pcie_root=None,
+        root_bus=None, bridges=(), pcie_switch=None, sysfs_path="",
+    )  # fmt: skip
+    base.update(kw)
+    return PciFunction(address=address, sriov=sriov, **base)  # type: ignore[arg-type]
+
+
+def _topology(*fns: PciFunction) -> Topology:
+    return Topology((), (), (), (), (), fns, (), (), (), ())
+
+
+def test_put_leaves_out_unknown_empty_and_over_long_strings() -> None:
+    attrs: dict[str, AttributeValue] = {}
+    pciattrs.put(attrs, "x.io/none", None)
+    pciattrs.put(attrs, "x.io/empty", "")
+    pciattrs.put(attrs, "x.io/long", "é" * 33)  # 66 bytes: over the limit although 33 characters
+    pciattrs.put(attrs, "x.io/edge", "a" * 64)
+    pciattrs.put(attrs, "x.io/zero", 0)
+    pciattrs.put(attrs, "x.io/false", False)
+    assert attrs == {"x.io/edge": "a" * 64, "x.io/zero": 0, "x.io/false": False}
+
+
+def test_identity_and_sriov_attributes_of_a_pf_and_its_vfs() -> None:
+    vfs = ("0000:3b:00.2", "0000:3b:00.3")
+    pf = _fn("0000:3b:00.0", Sriov(8, 2, None, vfs))
+    vf = _fn(vfs[1], Sriov(None, None, pf.address, ()), device=0x101F, subsystem_device=None, driver=None)
+    stray = _fn("0000:3b:00.7", Sriov(None, None, pf.address, ()))  # not in the PF's virtfn list
+    plain = _fn("0000:5e:00.0", None, vendor=None, class_code=None)
+    topo = _topology(pf, vf, stray, plain)
+    d = "nic.topodra.io"
+    assert pciattrs.identity_attributes(vf, d) == {
+        f"{d}/vendorId": "0x15b3",
+        f"{d}/deviceId": "0x101f",
+        f"{d}/pciClass": "0x020000",
+        f"{d}/subsystemVendorId": "0x15b3",
+    }
+    assert pciattrs.identity_attributes(plain, d) == {
+        f"{d}/deviceId": "0x101e",
+        f"{d}/kernelDriver": "mlx5_core",
+        f"{d}/subsystemVendorId": "0x15b3",
+        f"{d}/subsystemDeviceId": "0x0071",
+    }
+    assert pciattrs.sriov_attributes(topo, pf, d) == {
+        f"{d}/sriovVirtualFunction": False,
+        f"{d}/sriovTotalVfs": 8,
+        f"{d}/sriovNumVfs": 2,
+    }
+    assert pciattrs.sriov_attributes(topo, vf, d) == {
+        f"{d}/sriovVirtualFunction": True,
+        f"{d}/sriovPhysicalFunction": pf.address,
+        f"{d}/sriovVfIndex": 1,
+    }
+    assert f"{d}/sriovVfIndex" not in pciattrs.sriov_attributes(topo, stray, d)
+    assert pciattrs.sriov_attributes(topo, plain, d) == {f"{d}/sriovVirtualFunction": False}
