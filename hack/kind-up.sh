@@ -3,9 +3,10 @@
 # builds the image, gives each worker a synthetic machine (`topodra synth`, bind-mounted as the
 # drivers' sysfs root), loads the image, deploys deploy/overlays/kind and waits for the drivers.
 #
-# Needs: docker (a running engine), kind >= 0.27, kubectl >= 1.34. Not run in this repository's
-# CI (no Docker engine there); tests/deploy checks it statically (bash -n, shellcheck, the kind
-# config and the overlay it deploys).
+# Needs: docker (a running engine), kind with a node image >= 1.34 (KIND_NODE_IMAGE), kubectl.
+# Not run in this repository's CI (no Docker engine there); tests/deploy checks it statically
+# (bash -n, shellcheck, the kind config and the overlay it deploys) and runs it with stand-ins
+# for docker, kind and kubectl.
 #
 # Env:
 #   KIND_CLUSTER_NAME  cluster name (default topodra)
