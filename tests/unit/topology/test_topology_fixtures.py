@@ -51,7 +51,11 @@ def test_capture_of_a_fixture_reproduces_its_json(
 def test_agrees_with_hwloc(fixture_trees: FixtureTrees, name: str) -> None:
     if not hwloc_view.available():
         skip_or_fail("lstopo-no-graphics (Debian package hwloc) is not installed")
-    root = fixture_trees.root(name)
+    check_against_hwloc(fixture_trees.root(name))
+
+
+def check_against_hwloc(root: Path) -> None:
+    """lstopo and discover() on the same tree: PUs, packages, cores, caches, NUMA nodes, PCI."""
     h = hwloc_view.read(root)
     t = discover(root)
     assert h.pus == t.usable_cpus()
