@@ -8,19 +8,17 @@ the path exists and carries the right numbers, and nothing is touched.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from topodra.common.synth import build, load_spec, load_spec_text, shipped_spec_names
+from topodra.common.synth import shipped_spec_names
 
 from tests.conftest import skip_or_fail
+from tests.synth_trees import SynthTree, synth_builder
 
 SYNTH_NAMES = shipped_spec_names()
 
@@ -83,31 +81,10 @@ GPU_BOX = {
 CUSTOM = {"acc-vfs": VF_SPEC, "gpu-box": GPU_BOX}
 
 
-@dataclass(frozen=True)
-class SynthTree:
-    name: str
-    root: Path
-
-    @property
-    def manifest(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads((self.root / "synth-manifest.json").read_text())
-        return data
-
-
 @pytest.fixture(scope="session")
 def synth_machine(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], SynthTree]:
     """A shipped (or this folder's custom) synthetic machine, built once per session."""
-    cache: dict[str, SynthTree] = {}
-
-    def get(name: str) -> SynthTree:
-        if name not in cache:
-            root = tmp_path_factory.mktemp(f"acc-synth-{name}")
-            spec = load_spec_text(json.dumps(CUSTOM[name])) if name in CUSTOM else load_spec(name)
-            build(spec, root, force=True)
-            cache[name] = SynthTree(name, root)
-        return cache[name]
-
-    return get
+    return synth_builder(tmp_path_factory, "acc-synth", CUSTOM)
 
 
 def copy_tree(src: Path, dest: Path) -> Path:

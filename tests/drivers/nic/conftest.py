@@ -21,37 +21,18 @@ from typing import Any
 import pytest
 from kubernetes import client
 from topodra.common.runtime.driver import ClaimRef
-from topodra.common.synth import build, load_spec, shipped_spec_names
+from topodra.common.synth import shipped_spec_names
 
 from tests.conftest import skip_or_fail
+from tests.synth_trees import SynthTree, synth_builder
 
 SYNTH_NAMES = shipped_spec_names()
-
-
-@dataclass(frozen=True)
-class SynthTree:
-    name: str
-    root: Path
-
-    @property
-    def manifest(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads((self.root / "synth-manifest.json").read_text())
-        return data
 
 
 @pytest.fixture(scope="session")
 def synth_machine(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], SynthTree]:
     """Builds a shipped synthetic machine once per session (the 300-VF one takes ~15 s)."""
-    cache: dict[str, SynthTree] = {}
-
-    def get(name: str) -> SynthTree:
-        if name not in cache:
-            root = tmp_path_factory.mktemp(f"nic-synth-{name}")
-            build(load_spec(name), root, force=True)
-            cache[name] = SynthTree(name, root)
-        return cache[name]
-
-    return get
+    return synth_builder(tmp_path_factory, "nic-synth")
 
 
 # --- real links ---------------------------------------------------------------------------------
