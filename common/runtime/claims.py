@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import re
 import threading
 import time
@@ -165,6 +166,7 @@ class ClaimManager:
         self._queue_lock = threading.Lock()
         self._queue: list[_Request] = []
         self._leading = False  # a caller is serving the queue (see _submit)
+        self._here: tuple[tuple[Device, ...], dict[str, Device]] | None = None
         self._records: dict[str, ClaimRecord] = {}
         self._started = False
         self._clean_load = True
@@ -427,7 +429,7 @@ class ClaimManager:
         self, claims: Sequence[ClaimRef], fetched: Mapping[str, Any]
     ) -> dict[str, ClaimOutcome]:
         out: dict[str, ClaimOutcome] = {}
-        here = {d.name: d for d in self.driver.devices()}
+        here = self._devices_here()
         pending: list[_Checked] = []
         dirty = False  # rollbacks of earlier attempts changed the records
         for claim in claims:
@@ -513,6 +515,16 @@ class ClaimManager:
                 )
             out[rec.claim.uid] = ClaimOutcome(devices=rec.result)
         return out
+
+    def _devices_here(self) -> Mapping[str, Device]:
+        """The driver's devices by name, the map rebuilt unless the driver answered with the very
+        same Device objects (immutable) as last time: checking identity costs far less than the
+        map for a driver with thousands of devices, which otherwise paid ~0.5 ms per batch."""
+        devices = tuple(self.driver.devices())
+        known = self._here
+        if known is None or len(known[0]) != len(devices) or any(map(operator.is_not, known[0], devices)):
+            self._here = known = (devices, {d.name: d for d in devices})
+        return known[1]
 
     def _check(self, claim: ClaimRef, obj: Mapping[str, Any], here: Mapping[str, Device]) -> _Checked:
         """Everything that can be decided without side effects."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from topodra.common.device import Device
 from topodra.common.runtime.checkpoint import Checkpoint, CheckpointError, Phase
 from topodra.common.runtime.driver import ClaimRef
 from topodra.common.runtime.seams import ClaimOutcome, ClaimProcessor, ResultDevice
@@ -417,6 +418,29 @@ def test_a_call_whose_batch_cannot_be_served_does_not_leave_the_others_waiting(
     assert len(errors) == 4
     with pytest.raises(CheckpointError, match="newer"):
         m.prepare([refs[0]])  # and later calls too
+
+
+def test_devices_that_come_and_go_are_seen_by_the_next_call(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver
+) -> None:
+    """The device map is only rebuilt when the driver's answer changes: it must change then."""
+    first, second = put(claim_store, "a", Result("r", "dev-0")), put(claim_store, "b", Result("r", "dev-7"))
+    m = make_manager(driver)
+    assert not m.prepare([first])[first.uid].error
+    driver.exclusive = tuple(d for d in driver.exclusive if d != "dev-7")  # unplugged
+    assert "does not exist on node" in m.prepare([second])[second.uid].error
+    driver.exclusive = (*driver.exclusive, "dev-7")  # back
+    assert not m.prepare([second])[second.uid].error
+    # a driver answering with the same list of the same objects (kept, not rebuilt), changed in place
+    stable = list(driver.devices())
+    setattr(driver, "devices", lambda: stable)  # noqa: B010 (an instance attribute over the method)
+    third = put(claim_store, "c", Result("r", "dev-6"))
+    m.unprepare([first, second])
+    assert not m.prepare([first])[first.uid].error  # the map is kept from here on
+    stable[:] = [d for d in stable if d.name != "dev-6"]
+    assert "does not exist on node" in m.prepare([third])[third.uid].error
+    stable.append(Device("dev-6"))
+    assert not m.prepare([third])[third.uid].error
 
 
 def test_metrics_and_structured_logs_name_the_claim(
