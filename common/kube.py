@@ -3,11 +3,10 @@
 Why this exists: any `import kubernetes.<anything>` first runs `kubernetes/__init__.py`, which
 imports every subpackage (config with yaml, oauthlib and requests; dynamic with
 kubernetes_validate and jsonschema; stream with websocket; informer; leaderelection; utils
-with its yaml loader). A driver needs only `ApiClient`, `Configuration`, `CustomObjectsApi`,
-`ApiException`, `Watch` and one config loader, and every MiB counts against the issue-4
-budget (60 MiB per driver process). The client's model classes are already loaded lazily by
-the client itself (kubernetes >= 33), and we never use them: objects travel as the API's own
-JSON dicts.
+with its yaml loader). A driver needs only `Configuration`, `ApiClient` (transport, auth, TLS),
+`Watch` and one config loader, and every MiB counts against the issue-4 budget (60 MiB per
+driver process). The client's model classes are already loaded lazily by the client itself
+(kubernetes >= 33), and we never use them: objects travel as the API's own JSON dicts.
 
 So, before the first `kubernetes` import, `kubernetes`, `kubernetes.config` and
 `kubernetes.utils` are registered as packages whose `__init__` has not run yet. Submodule
