@@ -107,6 +107,7 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
         "include": ["10de:*", "1002:74a1"],
         "exclude": ["10de:1db6"],
         "nodeCheck": "exists",
+        "devRoot": "/opt/topodra/synth",
         "taintUnhealthy": True,
         "rescanInterval": 2.5,
         "pciIds": ["/usr/share/hwdata/pci.ids"],
@@ -151,6 +152,7 @@ def test_chart_values_reach_every_driver_flag(non_default: dict[str, Obj]) -> No
     assert cpu.cpu_list_attributes is True
     assert acc.accelerator_node_check == "exists" and acc.accelerator_taint_unhealthy is True
     assert acc.accelerator_rescan_interval == 2.5
+    assert acc.accelerator_dev_root == Path("/opt/topodra/synth")
     from topodra.drivers.accelerator import options as acc_options
 
     opts = acc_options.from_args(acc, Path("/"), "node-a")  # the driver's own parsing of the ids
