@@ -38,8 +38,13 @@ def module(kind: str) -> ModuleType:
 
 
 def add_arguments(parser: argparse.ArgumentParser, kinds: list[str]) -> None:
+    """The flags of each kind's package, once per package (two kinds may share one)."""
+    done: set[str] = set()
     for kind in kinds:
-        module(kind).add_arguments(parser)
+        mod = module(kind)
+        if mod.__name__ not in done:
+            mod.add_arguments(parser)
+            done.add(mod.__name__)
 
 
 def create(kind: str, options: CommonOptions) -> Driver:

@@ -53,13 +53,7 @@ def register(subparsers: Any) -> None:
         help="delete our ResourceSlices when stopping (uninstall); default: keep them, the kubelet "
         "and Node GC clean up and a restart adopts them without writes",
     )
-    for kind in registry.KINDS:
-        try:
-            module = registry.module(kind)
-        except ImportError:
-            continue
-        if hasattr(module, "add_arguments"):  # a driver still being written adds no flags yet
-            module.add_arguments(p)
+    registry.add_arguments(p, list(registry.KINDS))  # every driver's flags: `all` takes them all
     p.set_defaults(run=run)
 
 

@@ -46,15 +46,7 @@ def register(subparsers: Any) -> None:
         help="validate with the limits of this API server version (e.g. 1.34: ≤4 taints, no list "
         "attributes); default: the newest rules",
     )
-    seen: set[str] = set()
-    for kind in registry.KINDS:
-        try:
-            module = registry.module(kind)
-        except ImportError:
-            continue
-        if hasattr(module, "add_arguments") and module.__name__ not in seen:  # a driver still being
-            module.add_arguments(p)  # written adds no flags yet
-            seen.add(module.__name__)
+    registry.add_arguments(p, list(registry.KINDS))  # every driver's flags: `all` takes them all
     p.set_defaults(run=run)
 
 
