@@ -27,5 +27,7 @@ def test_every_package_folder_is_listed() -> None:
 def test_no_top_level_common_module(tmp_path: Path) -> None:
     """Run outside the checkout so only what is installed is importable."""
     code = "import importlib.util, topodra.common; print(importlib.util.find_spec('common') is None)"
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "True"
