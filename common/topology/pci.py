@@ -224,7 +224,7 @@ def _read_function(
     if physfn is not None or total is not None:
         sriov = Sriov(total, numvfs, physfn.lower() if physfn else None, tuple(virtfns))
 
-    link = PcieLink(
+    link: PcieLink | None = PcieLink(
         current_speed=_speed(r.read(f"{d}/current_link_speed", quiet_errors=(22,))),
         current_width=_width(r, f"{d}/current_link_width"),
         max_speed=_speed(r.read(f"{d}/max_link_speed", quiet_errors=(22,))),
