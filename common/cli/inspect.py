@@ -9,7 +9,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+
+# for annotations only (strings here): importing typing costs milliseconds on the inspect path
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def add_root_argument(parser: argparse.ArgumentParser) -> None:

@@ -21,8 +21,8 @@ The rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # not typing's: importing typing costs milliseconds on the inspect path
 if TYPE_CHECKING:  # model.py imports this module: its types are only needed for annotations
     from topodra.common.topology.model import PciFunction, Topology
 

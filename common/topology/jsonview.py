@@ -9,9 +9,13 @@ positions, unique even where kernel ids repeat.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from topodra.common.topology.model import DeviceNode, PciFunction, Topology
+
+# for annotations only (strings here): importing typing costs milliseconds on the inspect path
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _node(n: DeviceNode) -> dict[str, Any]:

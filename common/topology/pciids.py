@@ -6,7 +6,6 @@ Loaded only when somebody asks for a name, so discovery never pays for parsing a
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 DEFAULT_PATHS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids")
 
@@ -16,7 +15,8 @@ def _load(path: str) -> dict[tuple[int, int | None], str]:
     names: dict[tuple[int, int | None], str] = {}
     vendor: int | None = None
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
     except OSError:
         return names
     for line in text.splitlines():
