@@ -62,27 +62,38 @@ PREPARE = {
     "claims": 500,
     "plane_only": {"latency": {"p50_ms": 0.5, "p99_ms": 3.9}, "claims_per_s": 1900.0},
     "without_get": {
+        "client": "go",
         "latency": {"p50_ms": 2.0, "p99_ms": 4.0},
         "claims_per_s": 600.0,
         "rss_mib_one_driver": 52.3,
     },
     "rss_mib_three_drivers": 59.1,
     "with_get": {"latency": {"p50_ms": 3.0, "p99_ms": 9.0}, "claims_per_s": 510.0},
-    "rss_serve": {
+    "rss_serve_in_cluster": {
         "cpu": "41.0 MiB",
         "accelerator": "not available: boom",
         "nic": "40.5 MiB",
         "all": "60.2 MiB",
     },
+    "rss_serve": {"cpu": "48.0 MiB"},
 }
 
 
 def test_prepare_rows() -> None:
     rows = {r.figure: r for r in table.prepare_rows(PREPARE)}
-    p = rows["NodePrepareResources over gRPC, claims from memory (no GET): p50 / p99"]
+    p = rows["NodePrepareResources over gRPC, claims from memory (no GET), go kubelet client: p50 / p99"]
     assert (p.value, p.target) == ("2.00 / 4.00 ms", "p99 <= 5 ms")
+    assert "NodePrepareResources over gRPC, gRPC plane only: p50 / p99" in rows  # no client named
     serve = [r for r in rows.values() if r.figure.startswith("`topodra serve")]
-    assert [r.value for r in serve] == ["41.0 MiB", "not available: boom", "40.5 MiB", "60.2 MiB"]
+    in_cluster = [(r.value, r.target) for r in serve if r.figure.endswith("in-cluster")]
+    assert in_cluster == [
+        ("41.0 MiB", "<= 60 MiB"),
+        ("not available: boom", "<= 60 MiB"),
+        ("40.5 MiB", "<= 60 MiB"),
+        ("60.2 MiB", "<= 80 MiB"),
+    ]
+    kubeconfig = [(r.value, r.target) for r in serve if r.figure.endswith("--kubeconfig")]
+    assert kubeconfig == [("48.0 MiB", ""), ("not run", ""), ("not run", ""), ("not run", "")]
     assert rows["three bench drivers in one process"].value == "59.1 MiB"
 
 
