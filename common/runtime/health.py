@@ -8,6 +8,7 @@ above that interval, so the kubelet marks a device Unknown when this process sto
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -70,6 +71,8 @@ class HealthMonitor:
         self._devices: list[Device] | None = None
         self._cond = threading.Condition()
         self._snapshot: tuple[DeviceStatus, ...] = ()
+        # what the snapshot was built from: the driver's Device objects and its health answer
+        self._inputs: tuple[tuple[Device, ...], dict[str, DeviceHealth]] | None = None
         self._generation = 0
         self._checked_at = 0.0
         self._stopped = threading.Event()
@@ -83,11 +86,12 @@ class HealthMonitor:
         try:
             devices = self.driver.devices()
             try:
-                current = snapshot(devices, self.driver.health())
+                current = self._snapshot_of(devices, self.driver.health())
             except Exception as e:
                 self._log.exception("driver health check failed")
                 failed = DeviceHealth(Health.UNKNOWN, f"health check failed: {type(e).__name__}: {e}")
                 current = snapshot(devices, {d.name: failed for d in devices})
+                self._inputs = None  # the next answer must replace this snapshot, even if unchanged
         except Exception:
             self._log.exception("driver could not list its devices for the health report")
             return False
@@ -108,6 +112,24 @@ class HealthMonitor:
                 self._generation += 1
                 self._cond.notify_all()
             return changed
+
+    def _snapshot_of(
+        self, devices: Sequence[Device], health: Mapping[str, DeviceHealth]
+    ) -> tuple[DeviceStatus, ...]:
+        """`snapshot()`, reused while the driver answers with the very same Device objects and an
+        equal health map: a poll every second then costs a comparison, not thousands of new
+        objects built while holding the GIL that prepare calls wait for."""
+        known = self._inputs
+        if (
+            known is not None
+            and len(known[0]) == len(devices)
+            and all(map(operator.is_, known[0], devices))
+            and known[1] == health
+        ):
+            return self._snapshot
+        current = snapshot(devices, health)
+        self._inputs = (tuple(devices), dict(health))
+        return current
 
     def _devices_seen(self, devices: list[Device]) -> None:
         """Hand a changed device list on (to the slice publisher); the first list always."""

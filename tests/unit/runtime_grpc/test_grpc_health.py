@@ -9,9 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from topodra.common.runtime import health as health_module
 from topodra.common.runtime.driver import Health
+from topodra.common.runtime.health import HealthMonitor
 
 from tests.kubelet.client import KubeletClient
+from tests.kubelet.standins import TableDriver
 from tests.unit.runtime_grpc.conftest import NODE, PluginFactory
 
 
@@ -142,3 +145,44 @@ def test_stream_ends_when_the_plugin_stops(make_plugin: PluginFactory, kubelet: 
     reader.thread.join(5)
     assert not reader.thread.is_alive()
     assert end == "end of stream", end  # a clean end: the kubelet reopens it at the next instance
+
+
+def test_an_unchanged_answer_reuses_the_snapshot_and_any_change_replaces_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The poll runs every second: with the same devices and health it must not rebuild the
+    snapshot, and yet every change (health, message, devices, a failed check and the recovery
+    from it to the very answer given before) must show."""
+    driver = TableDriver("gpu.topodra.io", ["gpu-0", "gpu-1"])
+    monitor = HealthMonitor(driver, NODE)
+    built: list[int] = []
+    real_snapshot = health_module.snapshot
+
+    def counting(*args: Any) -> Any:
+        built.append(1)
+        return real_snapshot(*args)
+
+    monkeypatch.setattr(health_module, "snapshot", counting)
+
+    def current() -> dict[str, tuple[Health, str]]:
+        return {s.device: (s.health, s.message) for s in monitor._snapshot}
+
+    assert monitor.poll() is True and len(built) == 1
+    assert monitor.poll() is False and monitor.poll() is False
+    assert len(built) == 1, "the snapshot was rebuilt although nothing changed"
+
+    driver.set_health("gpu-1", Health.UNHEALTHY, "link down")
+    assert monitor.poll() is True and current()["gpu-1"] == (Health.UNHEALTHY, "link down")
+    driver.set_health("gpu-1", Health.UNHEALTHY, "link down twice")
+    assert monitor.poll() is True and current()["gpu-1"] == (Health.UNHEALTHY, "link down twice")
+
+    healthy = driver.health
+    driver.health = lambda: (_ for _ in ()).throw(OSError("sysfs gone"))  # type: ignore[method-assign]
+    assert monitor.poll() is True and current()["gpu-0"][0] is Health.UNKNOWN
+    driver.health = healthy  # type: ignore[method-assign]
+    assert monitor.poll() is True, "recovering to the answer from before the failure must show"
+    assert current()["gpu-1"] == (Health.UNHEALTHY, "link down twice")
+    assert current()["gpu-0"] == (Health.HEALTHY, "")
+
+    driver.set_devices(["gpu-0", "gpu-1", "gpu-2"])
+    assert monitor.poll() is True and set(current()) == {"gpu-0", "gpu-1", "gpu-2"}
