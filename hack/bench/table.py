@@ -81,10 +81,15 @@ def _prep(label: str, d: Any, target_p99: str) -> list[Row]:
     client = _get(d, "client")
     if client:
         label += f", {client} kubelet client"
-    return [
+    rows = [
         Row("prepare", f"NodePrepareResources over gRPC, {label}: p50 / p99", latency, target_p99, src),
         Row("prepare", f"throughput over gRPC, {label}, 64 in flight", rate, ">= 500 claims/s", src),
     ]
+    cpu = _get(d, "cpu_ms_per_claim") or {}
+    if cpu:
+        spent = " / ".join(f"{name} {ms:.2f}" for name, ms in cpu.items())
+        rows.append(Row("prepare", f"CPU per prepare + unprepare, {label}", f"{spent} ms", "", src))
+    return rows
 
 
 def prepare_rows(d: Figures | None) -> list[Row]:

@@ -68,7 +68,11 @@ PREPARE = {
         "rss_mib_one_driver": 52.3,
     },
     "rss_mib_three_drivers": 59.1,
-    "with_get": {"latency": {"p50_ms": 3.0, "p99_ms": 9.0}, "claims_per_s": 510.0},
+    "with_get": {
+        "latency": {"p50_ms": 3.0, "p99_ms": 9.0},
+        "claims_per_s": 510.0,
+        "cpu_ms_per_claim": {"plugin": 1.5, "kube-apiserver": 2.25, "etcd": 0.7},
+    },
     "rss_serve_in_cluster": {
         "cpu": "41.0 MiB",
         "accelerator": "not available: boom",
@@ -84,6 +88,8 @@ def test_prepare_rows() -> None:
     p = rows["NodePrepareResources over gRPC, claims from memory (no GET), go kubelet client: p50 / p99"]
     assert (p.value, p.target) == ("2.00 / 4.00 ms", "p99 <= 5 ms")
     assert "NodePrepareResources over gRPC, gRPC plane only: p50 / p99" in rows  # no client named
+    cpu = rows["CPU per prepare + unprepare, GET from a real kube-apiserver"]
+    assert cpu.value == "plugin 1.50 / kube-apiserver 2.25 / etcd 0.70 ms"
     serve = [r for r in rows.values() if r.figure.startswith("`topodra serve")]
     in_cluster = [(r.value, r.target) for r in serve if r.figure.endswith("in-cluster")]
     assert in_cluster == [

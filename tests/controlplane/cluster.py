@@ -232,6 +232,11 @@ class ControlPlane:
         """Which components are up right now, by name."""
         return {name: comp.running for name, comp in self._components.items()}
 
+    def server_pids(self) -> dict[str, int]:
+        """kube-apiserver's and etcd's process ids (benchmarks read their CPU time)."""
+        pids = {name: self._components[name].pid for name in ("kube-apiserver", "etcd")}
+        return {name: pid for name, pid in pids.items() if pid is not None}
+
     def logs(self, lines: int = 60) -> str:
         """The tail of every component's log, for failure messages."""
         return "\n".join(c.tail(lines) for c in self._components.values())
