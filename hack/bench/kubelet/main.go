@@ -71,10 +71,10 @@ func main() {
 
 	out := figures{Client: "go"}
 	out.Latency = sequential(client, claims[:min(*nLatency, len(claims))], *warmup)
-	out.ClaimsPerS = sustained(client, claims, *concurrency)
+	out.ClaimsPerS = throughput(client, claims, *concurrency)
 	first := claims[:min(*concurrency, len(claims))]
 	for r := 0; r < *rounds; r++ {
-		out.ClaimsPerSRound = append(out.ClaimsPerSRound, round(client, first, *concurrency))
+		out.ClaimsPerSRound = append(out.ClaimsPerSRound, throughput(client, first, *concurrency))
 	}
 	sorted := append([]float64(nil), out.ClaimsPerSRound...)
 	sort.Float64s(sorted)
@@ -190,13 +190,9 @@ func each(claims []claim, workers int, fn func(claim)) time.Duration {
 	return time.Since(start)
 }
 
-func sustained(client drapb.DRAPluginClient, claims []claim, workers int) float64 {
-	took := each(claims, workers, func(c claim) { prepare(client, c) })
-	each(claims, workers, func(c claim) { unprepare(client, c) })
-	return float64(len(claims)) / took.Seconds()
-}
-
-func round(client drapb.DRAPluginClient, claims []claim, workers int) float64 {
+// throughput prepares every claim with `workers` calls in flight (the held set grows to all of
+// them), then unprepares them all; claims per second over the prepares.
+func throughput(client drapb.DRAPluginClient, claims []claim, workers int) float64 {
 	took := each(claims, workers, func(c claim) { prepare(client, c) })
 	each(claims, workers, func(c claim) { unprepare(client, c) })
 	return float64(len(claims)) / took.Seconds()
