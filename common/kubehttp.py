@@ -2,14 +2,18 @@
 
 Why: every NodePrepareResources GETs its claim while the kubelet waits. Through the official
 client's ApiClient (param_serialize, urllib3's pool manager and retry machinery, its response
-wrapper) one GET costs the driver about 1 ms of CPU; over a kept-alive `http.client` connection
-about half, and the latency drops with it (hack/bench-prepare prints both paths' figures).
+wrapper) one GET cost the driver about 1 ms of CPU on the benchmark machine; over a kept-alive
+`http.client` connection about half, and the latency dropped with it.
 
 Everything that decides *how* to talk to the API server still comes from the official client's
 `Configuration`, loaded as before by `kube.new_api_client` (in-cluster or kubeconfig): the host,
 the CA (file or data), the verify flag, the client certificate, and the credentials through
 `Configuration.auth_settings()`, which runs the configuration's refresh hook on every call
 (the kubelet rotates the projected in-cluster token; kubeconfig exec plugins refresh theirs).
+The credentials are asked for at most once a second (`AUTH_MAX_AGE`): the official loaders'
+refresh hooks re-apply the whole configuration on every call, which re-reads the proxy
+variables of the environment (a third of a GET's CPU here). A 401 answer asks again at once and
+retries, so a token that expired within that second costs one extra round trip, not an error.
 Settings this module does not reproduce exactly (a proxy, a TLS server name or a hostname to
 assert other than the host's) make `for_configuration` answer None, and callers keep using
 `kube.request`.
@@ -20,6 +24,7 @@ from __future__ import annotations
 import http.client
 import ssl
 import threading
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,6 +35,7 @@ from topodra.common.kube import CONNECTION_POOL_SIZE, Response
 _STALE = (http.client.RemoteDisconnected, http.client.BadStatusLine, BrokenPipeError, ConnectionResetError)
 
 USER_AGENT = "topodra"
+AUTH_MAX_AGE = 1.0  # seconds an answer of the configuration's credentials is reused
 
 
 class Getter:
@@ -52,12 +58,26 @@ class Getter:
         self._pool_size = pool_size
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
+        self._auth: tuple[float, dict[str, str]] | None = None  # (when asked, headers)
 
     def get(self, path: str, timeout: float) -> Response:
-        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
-        for setting in self._cfg.auth_settings().values():
-            if setting.get("in") == "header" and setting.get("value"):
-                headers[setting["key"]] = setting["value"]
+        answer = self._get(path, timeout, self._headers(fresh=False))
+        if answer.status == 401:  # the credentials may have changed within AUTH_MAX_AGE
+            answer = self._get(path, timeout, self._headers(fresh=True))
+        return answer
+
+    def _headers(self, fresh: bool) -> dict[str, str]:
+        now = time.monotonic()
+        auth = self._auth
+        if fresh or auth is None or now - auth[0] >= AUTH_MAX_AGE:
+            headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+            for setting in self._cfg.auth_settings().values():  # runs the refresh hook
+                if setting.get("in") == "header" and setting.get("value"):
+                    headers[setting["key"]] = setting["value"]
+            self._auth = auth = (now, headers)
+        return auth[1]
+
+    def _get(self, path: str, timeout: float, headers: dict[str, str]) -> Response:
         conn, reused = self._take(timeout)
         try:
             resp = self._exchange(conn, self._prefix + path, headers)
@@ -65,7 +85,7 @@ class Getter:
             conn.close()
             if not reused:
                 raise
-            conn, _ = self._fresh(timeout), False
+            conn = self._fresh(timeout)
             try:
                 resp = self._exchange(conn, self._prefix + path, headers)
             except BaseException:

@@ -29,6 +29,7 @@ class Recorder(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.requests: list[dict[str, Any]] = []  # path, headers, client port
         self.close_after_each = False  # like a server whose keep-alive timeout is very short
+        self.refuse = ""  # an Authorization value answered with 401
 
     @property
     def url(self) -> str:
@@ -48,6 +49,8 @@ class Handler(BaseHTTPRequestHandler):
             }
         )
         status = 404 if self.path.endswith("/missing") else 200
+        if self.server.refuse and self.headers.get("Authorization") == self.server.refuse:
+            status = 401
         body = json.dumps({"path": self.path, "status": status}).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -107,19 +110,34 @@ def test_a_connection_the_server_closed_is_replaced_transparently(server: Record
     assert len(set(ports)) == 4, "each GET after a server-side close needs a new connection"
 
 
-def test_the_refresh_hook_runs_on_every_call(server: Recorder) -> None:
-    """In-cluster tokens rotate: the configuration's hook must be asked each time."""
+def test_credentials_are_asked_for_once_a_second_and_again_after_a_401(
+    server: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-cluster tokens rotate: the configuration's refresh hook is asked when the answer is a
+    second old, and at once when the API server refuses the token (then the GET is retried)."""
     cfg = configuration(server.url, token="first")
-    tokens = iter(["second", "third"])
+    tokens = iter(["second", "third", "fourth"])
+    asked: list[str] = []
 
     def refresh(c: Any) -> None:
+        asked.append(c.api_key["BearerToken"])
         c.api_key["BearerToken"] = next(tokens)
 
     cfg.refresh_api_key_hook = refresh
     getter = kubehttp.Getter(cfg)
     getter.get("/a", timeout=5)
     getter.get("/b", timeout=5)
-    assert [r["headers"]["authorization"] for r in server.requests] == ["Bearer second", "Bearer third"]
+    assert len(asked) == 1, "asked again within the second"
+    monkeypatch.setattr(kubehttp, "AUTH_MAX_AGE", 0.0)
+    getter.get("/c", timeout=5)
+    sent = [r["headers"]["authorization"] for r in server.requests]
+    assert sent == ["Bearer second", "Bearer second", "Bearer third"]
+
+    monkeypatch.setattr(kubehttp, "AUTH_MAX_AGE", 3600.0)
+    server.refuse = "Bearer third"  # rotated away: the server answers 401 to it
+    resp = getter.get("/d", timeout=5)
+    assert (resp.status, resp.json()["path"]) == (200, "/d")
+    assert [r["headers"]["authorization"] for r in server.requests[-2:]] == ["Bearer third", "Bearer fourth"]
 
 
 def test_a_path_prefix_in_the_server_url_is_kept(server: Recorder) -> None:
