@@ -8,8 +8,8 @@ wrapper) one GET cost the driver about 1 ms of CPU on the benchmark machine; ove
 Everything that decides *how* to talk to the API server still comes from the official client's
 `Configuration`, loaded as before by `kube.new_api_client` (in-cluster or kubeconfig): the host,
 the CA (file or data), the verify flag, the client certificate, and the credentials through
-`Configuration.auth_settings()`, which runs the configuration's refresh hook on every call
-(the kubelet rotates the projected in-cluster token; kubeconfig exec plugins refresh theirs).
+`Configuration.auth_settings()`, which runs the configuration's refresh hook (the kubelet
+rotates the projected in-cluster token; kubeconfig exec plugins refresh theirs).
 The credentials are asked for at most once a second (`AUTH_MAX_AGE`): the official loaders'
 refresh hooks re-apply the whole configuration on every call, which re-reads the proxy
 variables of the environment (a third of a GET's CPU here). A 401 answer asks again at once and
