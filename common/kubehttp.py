@@ -12,8 +12,10 @@ the CA (file or data), the verify flag, the client certificate, and the credenti
 rotates the projected in-cluster token; kubeconfig exec plugins refresh theirs).
 The credentials are asked for at most once a second (`AUTH_MAX_AGE`): the official loaders'
 refresh hooks re-apply the whole configuration on every call, which re-reads the proxy
-variables of the environment (a third of a GET's CPU here). A 401 answer asks again at once and
-retries, so a token that expired within that second costs one extra round trip, not an error.
+variables of the environment (with a kubeconfig-loaded token: 1.1-1.3 ms of CPU per GET asking
+every time, 0.56-0.60 ms asking once a second, measured in consecutive runs). A 401 answer
+asks again at once and retries, so a token that expired within that second costs one extra
+round trip, not an error.
 Settings this module does not reproduce exactly (a proxy, a TLS server name or a hostname to
 assert other than the host's) make `for_configuration` answer None, and callers keep using
 `kube.request`.
@@ -79,22 +81,19 @@ class Getter:
 
     def _get(self, path: str, timeout: float, headers: dict[str, str]) -> Response:
         conn, reused = self._take(timeout)
-        try:
-            resp = self._exchange(conn, self._prefix + path, headers)
-        except _STALE:
-            conn.close()
-            if not reused:
-                raise
-            conn = self._fresh(timeout)
+        while True:
             try:
                 resp = self._exchange(conn, self._prefix + path, headers)
+                answer = Response(resp.status, resp.reason or "", dict(resp.getheaders()), resp.read())
+                break
+            except _STALE:
+                conn.close()
+                if not reused:
+                    raise
+                conn, reused = self._fresh(timeout), False  # once more, on a new connection
             except BaseException:
                 conn.close()
                 raise
-        except BaseException:
-            conn.close()
-            raise
-        answer = Response(resp.status, resp.reason or "", dict(resp.getheaders()), resp.read())
         self._give_back(conn, keep=not resp.will_close)
         return answer
 

@@ -42,7 +42,7 @@ class KubeClaimSource:
     client's generated API classes and model deserialization would cost more than the GET
     itself (see topodra.common.kube). The GET goes over kubehttp's kept-alive connections
     (half the CPU of the ApiClient's path, on every prepare), or through the ApiClient when the
-    configuration needs what only the official client does (a proxy).
+    configuration needs what only the official client does (see kubehttp.for_configuration).
     """
 
     def __init__(self, api_client: Any, timeout: float = 10.0) -> None:
