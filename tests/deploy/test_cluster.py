@@ -129,7 +129,7 @@ def publish_synthetic(cp: ControlPlane, node: str, uid: str, root: Path) -> dict
     cmd = [
         sys.executable,
         "-m",
-        "topodra.common.cli.main",
+        "topodra.drivers.cli.main",
         "slices",
         "--driver",
         "all",

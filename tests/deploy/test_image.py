@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 
 import yaml
-from topodra.common.cli.main import SUBCOMMANDS
+from topodra.drivers.cli.main import SUBCOMMANDS
 from topodra.drivers.nic import iplink
 
 from tests.conftest import REPO, skip_or_fail
@@ -144,7 +144,7 @@ def test_wheel_from_the_build_context_runs_the_daemonset_commands(tmp_path: Path
 
     def topodra(*args: str) -> subprocess.CompletedProcess[str]:
         code = (
-            "import sys, topodra.common.cli.main as m, topodra.drivers.cpu as c;"
+            "import sys, topodra.drivers.cli.main as m, topodra.drivers.cpu as c;"
             f"assert m.__file__.startswith({str(target)!r}) and c.__file__.startswith({str(target)!r});"
             "sys.exit(m.main(sys.argv[1:]))"
         )

@@ -1,6 +1,6 @@
 """`topodra install-hooks`, what the DaemonSets' init container runs: the hooks land on the host
 folder byte-identical to what the drivers ship, executable, valid sh, and repeat runs (every pod
-restart) leave them intact. Goes through the CLI's own entry point (`topodra.common.cli.main`),
+restart) leave them intact. Goes through the CLI's own entry point (`topodra.drivers.cli.main`),
 the one the container's `topodra` command calls."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from topodra.common.cli.main import main
+from topodra.drivers.cli.main import main
 from topodra.drivers.cpu import pinning
 from topodra.drivers.nic import hookfiles
 

@@ -72,7 +72,7 @@ def test_kind_config_matches_the_kind_overlay(tools: Tools) -> None:
     assert sorted(overlay) == ["accelerator", "cpu", "nic"]
     for kind, ds in overlay.items():
         pod = ds["spec"]["template"]["spec"]
-        from topodra.common.cli.main import build_parser
+        from topodra.drivers.cli.main import build_parser
 
         args = build_parser("serve").parse_args(driver_container(ds)["args"])
         synth = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}["synth"]
@@ -133,7 +133,7 @@ if args[0] == "run":
     rest = [a.replace(inside, host, 1) if a.startswith(inside) else a for a in rest]
     if "--dev-nodes" in rest and os.environ.get("FAKE_NO_MKNOD"):
         sys.exit(1)  # a rootless engine
-    sys.exit(subprocess.call([sys.executable, "-m", "topodra.common.cli.main", *rest]))
+    sys.exit(subprocess.call([sys.executable, "-m", "topodra.drivers.cli.main", *rest]))
 sys.exit(2)
 """
 

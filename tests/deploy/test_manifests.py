@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from topodra.common.cli.main import build_parser
 from topodra.common.runtime.observability import Observability, parse_address
 from topodra.common.runtime.plugin import PluginStatus
 from topodra.drivers import registry
+from topodra.drivers.cli.main import build_parser
 from topodra.drivers.cpu import devices as cpu_devices
 
 from tests.controlplane.cluster import DRIVER_NAMESPACE, service_account

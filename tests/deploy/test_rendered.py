@@ -17,7 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
-from topodra.common.cli.main import build_parser
+from topodra.drivers.cli.main import build_parser
 
 from tests.deploy.render import (
     CHART,

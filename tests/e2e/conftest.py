@@ -53,7 +53,7 @@ class Fleet:
 
 def synthesize(spec: str, output: Path, hostname: str) -> Path:
     """`topodra synth` (the real CLI) with device-node stand-ins."""
-    cmd = [sys.executable, "-m", "topodra.common.cli.main", "synth", "--spec", spec]
+    cmd = [sys.executable, "-m", "topodra.drivers.cli.main", "synth", "--spec", spec]
     cmd += ["--output", str(output), "--hostname", hostname, "--dev-nodes"]
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     if out.returncode != 0:

@@ -189,7 +189,7 @@ class SimNode:
             )
 
     def _argv(self, kind: str, kubeconfig: Path) -> list[str]:
-        argv = [sys.executable, "-m", "topodra.common.cli.main", "serve", kind]
+        argv = [sys.executable, "-m", "topodra.drivers.cli.main", "serve", kind]
         argv += ["--node-name", self.name, "--sysfs-root", str(self.root)]
         argv += ["--kubelet-root-dir", str(self.kubelet_root), "--state-dir", str(self.state_dir)]
         argv += ["--cdi-root", str(self.cdi_root), "--kubeconfig", str(kubeconfig)]
@@ -286,7 +286,7 @@ class SimNode:
         """Device names per driver kind that `topodra slices` computes for this root with the
         same driver flags (one CLI run for all drivers; computed once)."""
         if self._expected is None:
-            argv = [sys.executable, "-m", "topodra.common.cli.main", "slices", "--driver", "all"]
+            argv = [sys.executable, "-m", "topodra.drivers.cli.main", "slices", "--driver", "all"]
             argv += ["--sysfs-root", str(self.root), "--node-name", self.name, "--output", "json"]
             for kind in self.spec.kinds:
                 argv += self._driver_flags(kind)

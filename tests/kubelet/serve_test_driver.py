@@ -28,6 +28,6 @@ def create(options: registry.CommonOptions) -> Driver:
 
 if __name__ == "__main__":
     registry.KINDS = {"cpu": "tests.kubelet.serve_test_driver"}  # imported again under that name
-    from topodra.common.cli.main import main
+    from topodra.drivers.cli.main import main
 
     sys.exit(main(sys.argv[1:]))

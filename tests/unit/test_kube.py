@@ -181,9 +181,9 @@ def test_the_serve_command_imports_no_test_or_unused_client_code() -> None:
     got = run_python(
         f"""
 import json, sys
-from topodra.common.cli import main
+from topodra.drivers.cli import main
 main.build_parser("serve")
-import topodra.common.cli.serve, topodra.common.runtime.service, topodra.common.runtime.observability
+import topodra.drivers.cli.serve, topodra.common.runtime.service, topodra.common.runtime.observability
 import topodra.common.runtime.claimsource, topodra.common.runtime.claimstatus
 import topodra.common.publisher.publisher, topodra.common.publisher.api
 from topodra.drivers import registry

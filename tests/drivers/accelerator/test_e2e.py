@@ -80,7 +80,7 @@ def test_scheduler_allocation_to_container_and_health_taint(
     dev = dev_root(root)
     node = unique_name("acc-node")
     control_plane.create_node(node)
-    cmd = [sys.executable, "-m", "topodra.common.cli.main", "serve", "accelerator", "--node-name", node]
+    cmd = [sys.executable, "-m", "topodra.drivers.cli.main", "serve", "accelerator", "--node-name", node]
     cmd += ["--kubelet-root-dir", str(workdir / "kubelet"), "--state-dir", str(workdir / "state")]
     cmd += ["--kubeconfig", str(control_plane.driver_kubeconfig("accelerator", node))]
     cmd += ["--cdi-root", str(CDI_ROOT), "--sysfs-root", str(root), "--accelerator-dev-root", str(dev)]

@@ -35,7 +35,7 @@ def accelerators(root: Path, **kw: Any) -> dict[str, Accelerator]:
 
 
 def slices_cli(root: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "topodra.common.cli.main", "slices", "--driver", "accelerator"]
+    cmd = [sys.executable, "-m", "topodra.drivers.cli.main", "slices", "--driver", "accelerator"]
     cmd += ["--sysfs-root", str(root), "--output", "json", *flags]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=60)
 

@@ -77,7 +77,7 @@ def test_scheduler_allocation_to_pinned_container(
     control_plane.create_node(node)
     hooks = workdir / "hooks"
     pinning.install_hook(hooks)
-    cmd = [sys.executable, "-m", "topodra.common.cli.main", "serve", "cpu", "--node-name", node]
+    cmd = [sys.executable, "-m", "topodra.drivers.cli.main", "serve", "cpu", "--node-name", node]
     cmd += ["--kubelet-root-dir", str(workdir / "kubelet"), "--state-dir", str(workdir / "state")]
     cmd += ["--kubeconfig", str(control_plane.driver_kubeconfig("cpu", node)), "--cdi-root", str(CDI_ROOT)]
     cmd += ["--sysfs-root", "/", "--cpu-hook-dir", str(hooks)]

@@ -17,8 +17,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from topodra.common.cli.main import main
 from topodra.drivers import registry
+from topodra.drivers.cli.main import main
 
 from tests.conftest import FixtureTrees, fixture_names
 

@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from topodra.common.cli.main import build_parser
+from topodra.drivers.cli.main import build_parser
 
 
 def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "POD_UID")}
     environ.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "topodra.common.cli.main", "serve", *args],
+        [sys.executable, "-m", "topodra.drivers.cli.main", "serve", *args],
         capture_output=True,
         text=True,
         env=environ,
@@ -45,7 +45,7 @@ def test_flags_and_their_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_node_name_and_pod_uid_come_from_the_environment() -> None:
     code = (
-        "from topodra.common.cli.main import build_parser;"
+        "from topodra.drivers.cli.main import build_parser;"
         "a = build_parser().parse_args(['serve', 'cpu']); print(a.node_name, a.pod_uid)"
     )
     env = {**os.environ, "NODE_NAME": "node-7", "POD_UID": "abc-123"}

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from topodra.common.cli.main import main
 from topodra.common.synth import MANIFEST, shipped_spec_names, shipped_spec_text
+from topodra.drivers.cli.main import main
 
 
 def test_list_names_every_shipped_spec(capsys: pytest.CaptureFixture[str]) -> None:
@@ -63,7 +63,7 @@ def test_bad_spec_on_stdin_is_one_clear_line(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "topodra.common.cli.main",
+            "topodra.drivers.cli.main",
             "synth",
             "--spec",
             "-",

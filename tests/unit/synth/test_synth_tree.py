@@ -309,7 +309,7 @@ def test_same_spec_same_bytes(synth_base: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "topodra.common.cli.main",
+                "topodra.drivers.cli.main",
                 "synth",
                 "--spec",
                 "-",

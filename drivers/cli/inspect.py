@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
         sys.stdout.write(dumps(to_json(topology)))
     else:
-        from topodra.common.cli.inspect_text import render
+        from topodra.drivers.cli.inspect_text import render
 
         sys.stdout.write(render(topology))
     return 0

@@ -11,7 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# subcommand -> module under topodra.common.cli that defines register(subparsers) and run(args)
+# subcommand -> module under topodra.drivers.cli that defines register(subparsers) and run(args)
 SUBCOMMANDS: dict[str, str] = {
     "serve": "serve",
     "inspect": "inspect",
@@ -28,7 +28,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, module in SUBCOMMANDS.items():
         if only is None or name == only:
-            importlib.import_module(f"topodra.common.cli.{module}").register(sub)
+            importlib.import_module(f"topodra.drivers.cli.{module}").register(sub)
     return parser
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from topodra.common import logs
-from topodra.common.cli.inspect import add_root_argument, root_problem
 from topodra.drivers import registry
+from topodra.drivers.cli.inspect import add_root_argument, root_problem
 
 EXIT_CONFIG = 2
 EXIT_START = 1

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from topodra.common.cli.inspect import add_root_argument, root_problem
 from topodra.drivers import registry
+from topodra.drivers.cli.inspect import add_root_argument, root_problem
 
 EXIT_CONFIG = 2
 EXIT_PROBLEMS = 3

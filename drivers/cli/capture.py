@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from topodra.common.cli.inspect import add_root_argument, root_problem
+from topodra.drivers.cli.inspect import add_root_argument, root_problem
 
 
 def register(subparsers: Any) -> None:
