@@ -99,7 +99,7 @@ class MemorySource:
         self.claims[(m["namespace"], m["name"])] = obj
         return ClaimRef(m["namespace"], m["name"], m["uid"])
 
-    def get(self, namespace: str, name: str) -> dict[str, Any]:
+    def get(self, namespace: str, name: str, *, cached: bool = False) -> dict[str, Any]:
         try:
             return self.claims[(namespace, name)]
         except KeyError:

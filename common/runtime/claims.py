@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import operator
+import random
 import re
 import threading
 import time
@@ -34,7 +35,7 @@ from topodra.common.cdi.spec import CdiWriter, SpecDevice, SpecError, build_spec
 from topodra.common.device import Device
 from topodra.common.runtime import metrics
 from topodra.common.runtime.checkpoint import Checkpoint, ClaimRecord, LockTimeout, Phase
-from topodra.common.runtime.claimsource import ClaimNotFound, ClaimSource, ClaimSourceError
+from topodra.common.runtime.claimsource import ClaimNotFound, ClaimSource, ClaimSourceError, ClaimUnusable
 from topodra.common.runtime.driver import (
     AllocatedDevice,
     ClaimRef,
@@ -56,6 +57,7 @@ _log = logs.get("topodra.runtime.claims")
 
 CDI_CLASS = "claim"
 CONFIG_SOURCES = ("FromClass", "FromClaim")
+DELETED_AFTER_ROUNDS = 2  # reconcile rounds in a row that must find a claim NotFound
 
 
 def cdi_kind(driver_name: str) -> str:
@@ -113,6 +115,8 @@ class ReconcileReport:
     unprepared: list[str]
     kept: list[str]
     unreachable: bool
+    suspected: list[str] = field(default_factory=list)  # NotFound once: unprepared if seen again
+    aborted: bool = False  # every claim NotFound: round not believed
 
 
 class _Metrics:
@@ -174,6 +178,7 @@ class ClaimManager:
         self._log = _log.bind(driver=driver.name)
         self._stop = threading.Event()
         self._reconciler: threading.Thread | None = None
+        self._missing: dict[str, int] = {}  # uid -> reconcile rounds in a row it was NotFound
 
     @classmethod
     def create(
@@ -288,11 +293,14 @@ class ClaimManager:
         self._records.pop(rec.claim.uid, None)
         return True
 
-    def start_reconciler(self, interval: float = 60.0) -> None:
-        """Reconcile in a daemon thread every `interval` seconds until `close()`."""
+    def start_reconciler(self, interval: float = 60.0, jitter: float = 0.2) -> None:
+        """Reconcile in a daemon thread about every `interval` seconds until `close()`; each wait
+        is drawn from interval * (1 +- jitter), so that the nodes of a cluster, started together
+        by a rollout, do not read their claims in step."""
+        rng = random.Random()
 
         def loop() -> None:
-            while not self._stop.wait(interval):
+            while not self._stop.wait(interval * rng.uniform(1 - jitter, 1 + jitter)):
                 try:
                     self.reconcile()
                 except Exception:
@@ -405,7 +413,7 @@ class ClaimManager:
             try:
                 _check_ref(claim)
                 fetched[claim.uid] = self._source.get(claim.namespace, claim.name)
-            except (ClaimFailure, ClaimNotFound, ClaimSourceError) as e:
+            except Exception as e:  # whatever one claim's GET raised is that claim's error alone
                 fetched[claim.uid] = e
         return fetched
 
@@ -418,10 +426,16 @@ class ClaimManager:
                 raise obj
         except ClaimNotFound as e:
             raise ClaimFailure(f"{_label(claim)}: not found in the API server") from e
+        except ClaimUnusable as e:
+            raise ClaimFailure(f"{_label(claim)}: refusing the API server's answer: {e}") from e
         except ClaimSourceError as e:
             raise ClaimFailure(
                 f"{_label(claim)}: cannot read it from the API server, retry later: {e}"
             ) from e
+        except ClaimFailure:
+            raise
+        except Exception as e:
+            raise ClaimFailure(f"{_label(claim)}: cannot read it: {type(e).__name__}: {e}") from e
         result: Mapping[str, Any] = obj
         return result
 
@@ -688,7 +702,12 @@ class ClaimManager:
         """Unprepare claims that are gone or no longer allocated to this node; retry rollbacks.
 
         GETs run outside the lock so an unreachable API server never blocks prepare; the first
-        unreachable answer ends the round (keep everything, retry next time).
+        unreachable answer ends the round (keep everything, retry next time). Reads come from
+        the API server's watch cache (no etcd read while nothing changed); an answer that would
+        make us act is confirmed by a quorum read first. A claim counts as deleted only on the
+        API server's own NotFound for it (`is_claim_not_found`), seen in two rounds in a row, and
+        a round in which every claim (two or more) is NotFound is dropped whole: that is what a
+        wiped or wrong cluster behind the same address says, not what users do.
         """
         with self._serialized():
             for rec in list(self._records.values()):
@@ -697,28 +716,59 @@ class ClaimManager:
             snapshot = [r for r in self._records.values() if r.phase is Phase.COMPLETED]
             self._save_best_effort()
         report = ReconcileReport(unprepared=[], kept=[], unreachable=False)
-        stale: list[tuple[ClaimRecord, str]] = []
+        answers: list[tuple[ClaimRecord, Mapping[str, Any] | None]] = []  # None: NotFound
         for rec in snapshot:
             try:
-                obj = self._source.get(rec.claim.namespace, rec.claim.name)
-            except ClaimNotFound:
-                stale.append((rec, "deleted"))
-                continue
+                answers.append((rec, self._reconcile_read(rec)))
+            except ClaimUnusable as e:
+                self._log.warning(f"reconcile: keeping {_label(rec.claim)}: {e}", **logs.claim(rec.claim))
+                report.kept.append(rec.claim.uid)
             except ClaimSourceError as e:
                 self._log.warning(
                     f"reconcile: API server unreachable, keeping every claim: {e}", error=str(e)
                 )
                 report.unreachable = True
-                break
+                return report
+        held = {rec.claim.uid for rec in snapshot}
+        for uid in list(self._missing):
+            if uid not in held:
+                del self._missing[uid]
+        gone = [rec for rec, obj in answers if obj is None]
+        if len(gone) >= 2 and len(gone) == len(snapshot):
+            self._log.warning(
+                f"reconcile: the API server says none of the {len(gone)} prepared claims exists; "
+                "not believing it this round, keeping every claim"
+            )
+            report.aborted = True
+            report.kept.extend(rec.claim.uid for rec in gone)
+            return report
+        stale: list[tuple[ClaimRecord, str]] = []
+        for rec, obj in answers:
+            uid = rec.claim.uid
+            if obj is None:
+                rounds = self._missing.get(uid, 0) + 1
+                if rounds >= DELETED_AFTER_ROUNDS:
+                    stale.append((rec, f"deleted (NotFound in {rounds} rounds)"))
+                else:
+                    self._missing[uid] = rounds
+                    report.suspected.append(uid)
+                    self._log.info(
+                        f"reconcile: {_label(rec.claim)} is not found; unprepared only if the next "
+                        "round confirms it",
+                        **logs.claim(rec.claim),
+                    )
+                continue
+            self._missing.pop(uid, None)
             reason = self._stale_reason(rec, obj)
             if reason:
                 stale.append((rec, reason))
             else:
-                report.kept.append(rec.claim.uid)
+                report.kept.append(uid)
         if stale:
             with self._serialized():
                 for old, reason in stale:
                     claim: ClaimRef = old.claim
+                    self._missing.pop(claim.uid, None)
                     if self._records.get(claim.uid) is not old:
                         continue  # changed meanwhile (unprepared or re-prepared): leave it
                     self._log.info(
@@ -728,6 +778,21 @@ class ClaimManager:
                         report.unprepared.append(claim.uid)
                 self._metrics.prepared(self._count_completed())
         return report
+
+    def _reconcile_read(self, rec: ClaimRecord) -> Mapping[str, Any] | None:
+        """The claim from the watch cache, or (when that answer would make us act) from etcd;
+        None when the API server says it does not exist."""
+        ns, name = rec.claim.namespace, rec.claim.name
+        try:
+            obj: Mapping[str, Any] | None = self._source.get(ns, name, cached=True)
+        except ClaimNotFound:
+            obj = None
+        if obj is not None and not self._stale_reason(rec, obj):
+            return obj
+        try:
+            return self._source.get(ns, name)
+        except ClaimNotFound:
+            return None
 
     def _stale_reason(self, rec: ClaimRecord, obj: Mapping[str, Any]) -> str:
         if (obj.get("metadata") or {}).get("uid") != rec.claim.uid:

@@ -7,6 +7,7 @@ let tests serve claims from a real kube-apiserver or a stand-in without changing
 
 from __future__ import annotations
 
+import json
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -18,17 +19,50 @@ PLURAL = "resourceclaims"
 
 
 class ClaimNotFound(Exception):
-    """The claim does not exist (HTTP 404): it was deleted."""
+    """The API server said that this very claim does not exist (see `is_claim_not_found`)."""
 
 
 class ClaimSourceError(Exception):
-    """The API could not answer (unreachable, timeout, 5xx, forbidden): retry later, drop nothing."""
+    """The API could not answer (unreachable, timeout, 5xx, forbidden, a 404 that is not the API
+    server's word on this claim): retry later, drop nothing."""
+
+
+class ClaimUnusable(ClaimSourceError):
+    """The API answered, but with a body this driver cannot use (not JSON, nested deeper than a
+    parser follows, not an object): an error of that claim alone, which no retry will fix."""
 
 
 class ClaimSource(Protocol):
-    def get(self, namespace: str, name: str) -> dict[str, Any]:
-        """The ResourceClaim as the API returns it; raises ClaimNotFound or ClaimSourceError."""
+    def get(self, namespace: str, name: str, *, cached: bool = False) -> dict[str, Any]:
+        """The ResourceClaim as the API returns it; raises ClaimNotFound or ClaimSourceError.
+
+        `cached`: the API server may answer from its watch cache (`resourceVersion=0`: no etcd
+        read, possibly a little behind). Prepare reads from etcd (a quorum read); reconcile reads
+        the cache and confirms with a quorum read whatever would make it act."""
         ...
+
+
+def is_claim_not_found(status: int, body: bytes, name: str) -> bool:
+    """True only for the API server's own answer that ResourceClaim `name` does not exist: a 404
+    whose body is a `Status` with `reason: NotFound` naming resource `resourceclaims` (group
+    resource.k8s.io) and this name. A proxy's or load balancer's plain-text 404, and the empty
+    NotFound of an API server that does not serve resource.k8s.io/v1, name no claim: they say
+    nothing about whether it exists."""
+    if status != 404:
+        return False
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(doc, dict) or doc.get("kind") != "Status" or doc.get("reason") != "NotFound":
+        return False
+    details = doc.get("details")
+    return (
+        isinstance(details, dict)
+        and details.get("kind") == PLURAL
+        and details.get("group", GROUP) == GROUP
+        and details.get("name") == name
+    )
 
 
 def claim_path(namespace: str, name: str) -> str:
@@ -50,9 +84,9 @@ class KubeClaimSource:
         self._timeout = timeout
         self._getter = kubehttp.for_configuration(api_client.configuration)
 
-    def get(self, namespace: str, name: str) -> dict[str, Any]:
+    def get(self, namespace: str, name: str, *, cached: bool = False) -> dict[str, Any]:
         what = f"GET ResourceClaim {namespace}/{name}"
-        path = claim_path(namespace, name)
+        path = claim_path(namespace, name) + ("?resourceVersion=0" if cached else "")
         try:
             if self._getter is not None:
                 resp = self._getter.get(path, self._timeout)
@@ -60,16 +94,19 @@ class KubeClaimSource:
                 resp = kube.request(self._api, "GET", path, timeout=self._timeout)
         except Exception as e:  # urllib3 connection errors, timeouts, TLS: all mean "try later"
             raise ClaimSourceError(f"{what}: {type(e).__name__}: {e}") from e
-        if resp.status == 404:
+        if is_claim_not_found(resp.status, resp.data, name):
             raise ClaimNotFound(f"ResourceClaim {namespace}/{name} not found")
         if not resp.ok:
-            raise ClaimSourceError(f"{what}: HTTP {resp.status} {resp.reason}".rstrip())
+            detail = " (not the API server's NotFound for this claim)" if resp.status == 404 else ""
+            raise ClaimSourceError(f"{what}: HTTP {resp.status} {resp.reason}{detail}".rstrip())
         try:
             obj: Any = resp.json()
         except ValueError as e:
-            raise ClaimSourceError(f"{what}: answer is not JSON: {e}") from e
+            raise ClaimUnusable(f"{what}: answer is not JSON: {str(e)[:200]}") from e
+        except RecursionError as e:  # the API server accepts deeper nesting than json.loads follows
+            raise ClaimUnusable(f"{what}: answer is nested too deeply to read") from e
         if not isinstance(obj, dict):
-            raise ClaimSourceError(f"{what}: answer is not an object")
+            raise ClaimUnusable(f"{what}: answer is not an object")
         return obj
 
 

@@ -114,7 +114,7 @@ class ClaimStore:
     def delete(self, ref: ClaimRef) -> None:
         self._claims.pop((ref.namespace, ref.name), None)
 
-    def get(self, namespace: str, name: str) -> dict[str, Any]:
+    def get(self, namespace: str, name: str, *, cached: bool = False) -> dict[str, Any]:
         try:
             return copy.deepcopy(self._claims[(namespace, name)])
         except KeyError:

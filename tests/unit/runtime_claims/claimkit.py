@@ -141,6 +141,7 @@ class MemoryClaimStore:
         self._claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.down = False
         self.gets = 0
+        self.cached_gets = 0  # of which from the watch cache (resourceVersion=0)
 
     def put(self, obj: Mapping[str, Any]) -> ClaimRef:
         ref = ref_of(obj)
@@ -150,8 +151,9 @@ class MemoryClaimStore:
     def delete(self, namespace: str, name: str) -> None:
         self._claims.pop((namespace, name), None)
 
-    def get(self, namespace: str, name: str) -> dict[str, Any]:
+    def get(self, namespace: str, name: str, *, cached: bool = False) -> dict[str, Any]:
         self.gets += 1
+        self.cached_gets += cached
         if self.down:
             raise ClaimSourceError(f"GET ResourceClaim {namespace}/{name}: connection refused")
         try:
@@ -231,7 +233,7 @@ class FileClaimStore:
         tmp.write_text(json.dumps(data))
         tmp.replace(self.path)
 
-    def get(self, namespace: str, name: str) -> dict[str, Any]:
+    def get(self, namespace: str, name: str, *, cached: bool = False) -> dict[str, Any]:
         obj = self._load().get(f"{namespace}/{name}")
         if obj is None:
             raise ClaimNotFound(f"ResourceClaim {namespace}/{name} not found")

@@ -178,5 +178,8 @@ def test_reconcile_with_the_api_server(
     store.delete(ns, gone.name)
     store.deallocate(ns, dealloc.name)
     report = manager.reconcile()
-    assert sorted(report.unprepared) == sorted([gone.uid, dealloc.uid])
+    assert report.unprepared == [dealloc.uid]
+    assert report.suspected == [gone.uid]
+    report = manager.reconcile()
+    assert report.unprepared == [gone.uid]
     assert set(manager.prepared()) == {kept.uid}

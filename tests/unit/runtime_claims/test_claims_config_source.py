@@ -120,6 +120,13 @@ class FakeApiServer:
                     obj = outer.claims.get((parts[4], parts[6]))
                     if obj is not None:
                         code, body = 200, obj
+                    else:  # what kube-apiserver answers for a claim that does not exist
+                        body["reason"] = "NotFound"
+                        body["details"] = {
+                            "name": parts[6],
+                            "group": "resource.k8s.io",
+                            "kind": "resourceclaims",
+                        }
                 data = json.dumps(body).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")

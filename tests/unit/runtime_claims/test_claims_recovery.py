@@ -205,8 +205,13 @@ def test_reconcile_unprepares_claims_gone_from_this_node(
     claim_store.put(claim_object("ns1", "moved", moved.uid, [Result("r", "dev-3", pool="node-b")]))
 
     report = m.reconcile()
-    assert sorted(report.unprepared) == sorted([deleted.uid, recreated.uid, deallocated.uid, moved.uid])
+    # an answer with the claim in it is authoritative; NotFound must be seen in two rounds
+    assert sorted(report.unprepared) == sorted([recreated.uid, deallocated.uid, moved.uid])
+    assert report.suspected == [deleted.uid]
     assert report.kept == [kept.uid]
+    assert set(m.prepared()) == {deleted.uid, kept.uid}
+    report = m.reconcile()
+    assert report.unprepared == [deleted.uid]
     assert set(m.prepared()) == {kept.uid}
     assert d.holdings() == {"dev-4": kept.uid}
     assert [p.name for p in dirs["cdi"].iterdir()] == [f"{DRIVER}-claim_{kept.uid}.json"]
@@ -226,6 +231,7 @@ def test_reconcile_keeps_everything_while_the_api_is_unreachable(
     m2 = make_manager()
     assert set(m2.prepared()) == {r.uid for r in refs}
     claim_store.down = False
+    assert m2.reconcile().suspected == [refs[0].uid]
     assert m2.reconcile().unprepared == [refs[0].uid]
 
 
@@ -287,3 +293,38 @@ def test_two_managers_on_one_state_dir_see_each_others_claims(
     assert set(a.prepared()) == {c1.uid, c2.uid}
     assert a.unprepare([c2]) == {c2.uid: ""}
     assert set(b.prepared()) == {c1.uid}
+
+
+def test_not_found_must_be_seen_in_two_rounds_in_a_row(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    """NotFound, found, NotFound: never two rounds in a row, so never unprepared."""
+    keep, flaky = put(claim_store, "keep", "dev-0"), put(claim_store, "flaky", "dev-1")
+    m = make_manager()
+    m.prepare([keep, flaky])
+    obj = claim_store.get("ns1", "flaky")
+    claim_store.delete("ns1", "flaky")
+    assert m.reconcile().suspected == [flaky.uid]
+    claim_store.put(obj)
+    assert m.reconcile().suspected == []
+    claim_store.delete("ns1", "flaky")
+    assert m.reconcile().suspected == [flaky.uid]
+    assert set(m.prepared()) == {keep.uid, flaky.uid}
+    assert m.reconcile().unprepared == [flaky.uid]
+
+
+def test_reconcile_reads_the_watch_cache_and_confirms_changes_with_a_quorum_read(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore
+) -> None:
+    refs = [put(claim_store, f"c{i}", f"dev-{i}") for i in range(4)]
+    m = make_manager()
+    m.prepare(refs)
+    gets, cached = claim_store.gets, claim_store.cached_gets
+    m.reconcile()  # nothing changed: one cached read per claim, no quorum read
+    assert (claim_store.gets - gets, claim_store.cached_gets - cached) == (4, 4)
+    claim_store.delete("ns1", "c0")
+    claim_store.put(claim_object("ns1", "c1", refs[1].uid, None))  # deallocated
+    gets, cached = claim_store.gets, claim_store.cached_gets
+    report = m.reconcile()  # the two changed claims are read again from etcd before acting
+    assert (claim_store.gets - gets, claim_store.cached_gets - cached) == (6, 4)
+    assert report.unprepared == [refs[1].uid] and report.suspected == [refs[0].uid]
