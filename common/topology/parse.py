@@ -13,12 +13,18 @@ from topodra.common.topology.reader import SysfsReader
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 _DEC = frozenset("0123456789")
+# sysfs integers are at most 64 bits (20 digits); a longer run of digits is garbage, and past
+# 4300 digits int() would raise instead of answering.
+_MAX_DIGITS = 20
+# The most CPUs any Linux architecture can be built for is 8192 (CONFIG_NR_CPUS); lists read
+# from a tree of unknown origin may name CPUs up to this, leaving room for kernels to come.
+MAX_CPU = (1 << 16) - 1
 
 
 def parse_int(text: str) -> int | None:
     t = text.strip()
     body = t[1:] if t[:1] in "+-" else t
-    if not body or not _DEC.issuperset(body):
+    if not body or len(body) > _MAX_DIGITS or not _DEC.issuperset(body):
         return None
     return int(t)
 
@@ -54,7 +60,10 @@ def parse_cpumask(text: str) -> frozenset[int] | None:
         return frozenset()
     if t.translate(_NOT_MASK) or ",," in t or t[0] == "," or t[-1] == ",":
         return None
-    return frozenset(bits(int(t.replace(",", ""), 16)))
+    value = int(t.replace(",", ""), 16)
+    if value.bit_length() > MAX_CPU + 1:
+        return None
+    return frozenset(bits(value))
 
 
 def cached_cpumask(r: SysfsReader, text: str) -> frozenset[int] | None:
@@ -67,23 +76,36 @@ def cached_cpumask(r: SysfsReader, text: str) -> frozenset[int] | None:
     return value
 
 
-def parse_cpulist(text: str) -> frozenset[int] | None:
-    """Kernel list: '0-3,8,10-11' (empty means no CPUs)."""
+def parse_cpulist(text: str, highest: int = MAX_CPU) -> frozenset[int] | None:
+    """Kernel list: '0-3,8,10-11' (empty means no CPUs); None past CPU `highest`.
+
+    The whole list is checked before any range is expanded: every CPU at most `highest`, and
+    all ranges together (repeats counted) at most `highest + 1` CPUs, so what a list costs is
+    bounded by the machine, not by its text ("0-1048576" is nine characters and a million CPUs).
+    Callers holding a tenant's list pass the machine's highest CPU.
+    """
     t = text.strip()
     if not t:
         return frozenset()
-    out: set[int] = set()
+    budget = highest + 1
+    spans: list[tuple[int, int]] = []
     for part in t.split(","):
         lo, sep, hi = part.partition("-")
         a = parse_int(lo) if lo else None
-        if a is None or a < 0:
+        if a is None or a < 0 or a > highest:
             return None
-        if not sep:
-            out.add(a)
-            continue
-        b = parse_int(hi) if hi else None
-        if b is None or b < a or b - a > 1 << 20:
+        b = a
+        if sep:
+            end = parse_int(hi) if hi else None
+            if end is None or end < a or end > highest:
+                return None
+            b = end
+        budget -= b - a + 1
+        if budget < 0:
             return None
+        spans.append((a, b))
+    out: set[int] = set()
+    for a, b in spans:
         out.update(range(a, b + 1))
     return frozenset(out)
 

@@ -22,6 +22,7 @@ from topodra.common.topology.parse import parse_cpulist
 API_VERSIONS = ("cpu.topodra.io/v1alpha1",)
 KIND = "CpuConfig"
 CORE_TYPES = ("core", "atom")
+_QUOTE = 64  # characters of a bad value quoted back in the error
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +33,15 @@ class CpuConfig:
     cpus_source: str = ""  # which config entry named the CPUs, for error messages
 
 
-def for_request(claim: ClaimRef, configs: Sequence[OpaqueConfig], request: str) -> CpuConfig:
-    """The merged config of one request; raises ConfigError naming the claim, entry and field."""
+def for_request(
+    claim: ClaimRef, configs: Sequence[OpaqueConfig], request: str, highest_cpu: int
+) -> CpuConfig:
+    """The merged config of one request; raises ConfigError naming the claim, entry and field.
+
+    `highest_cpu` is the node's highest CPU number: a list naming anything above it, or more
+    CPUs than the node has, is refused before it is expanded (a tenant's nine characters must
+    not cost the driver a million-entry set).
+    """
     full_cores = False
     core_type: str | None = None
     cpus: frozenset[int] | None = None
@@ -45,9 +53,14 @@ def for_request(claim: ClaimRef, configs: Sequence[OpaqueConfig], request: str) 
         text = p.string("cpus", max_len=4096)
         parsed: frozenset[int] | None = None
         if text is not None:
-            parsed = parse_cpulist(text)
+            parsed = parse_cpulist(text, highest_cpu)
             if parsed is None or not parsed:
-                raise p.error("cpus", f"must be a non-empty CPU list such as '2-5,8', got {text!r}")
+                shown = text if len(text) <= _QUOTE else text[:_QUOTE] + "..."
+                raise p.error(
+                    "cpus",
+                    f"must be a non-empty CPU list such as '2-5,8' of CPUs 0-{highest_cpu} of this "
+                    f"node, each named once, got {shown!r} ({len(text)} characters)",
+                )
         p.finish()  # unknown fields fail even when this entry does not cover the request
         if not applies_to(config, request):
             continue

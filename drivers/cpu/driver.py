@@ -62,6 +62,8 @@ class CpuDriver:
         self.groups = {g.name: g for g in layout.groups(topology, options) if g.cpus}
         self._devices = tuple(layout.build_devices(topology, options))
         self._holdings = Holdings()
+        # every cpuN folder, online or not: a CPU above the highest cannot be handed out
+        self._highest_cpu = max((c.id for c in topology.cpus), default=-1)
         self._lock = threading.Lock()
         self._advised = False
         self._advised_lists = False
@@ -234,7 +236,7 @@ class CpuDriver:
             if not a.admin_access:
                 per_request.setdefault(a.request, []).append(a)
         for request, allocated in per_request.items():
-            cfg = cpuconfig.for_request(claim, configs, request)
+            cfg = cpuconfig.for_request(claim, configs, request, self._highest_cpu)
             named: set[int] = set()
             for a in allocated:
                 g = self.groups.get(a.device)

@@ -265,12 +265,15 @@ def test_explicit_cpus_across_two_devices_of_one_request(root: Path, tmp_path: P
     two = [Result("numa-0", 1).allocated(), Result("numa-1", 1).allocated()]
     prep = d.prepare(ref(), two, [cpu_config(cpus="3,9")])
     assert cpus_of(prep) == [(3,), (9,)]
-    with pytest.raises(PrepareError, match="CPUs 40 are in none of the allocated devices"):
-        d.prepare(
+    with pytest.raises(PrepareError, match="CPUs 31 are in none of the allocated devices"):
+        make(root, tmp_path, reserved=frozenset({31})).prepare(
             ref(),
             [Result("numa-0", 1).allocated(), Result("numa-1", 1).allocated()],
-            [cpu_config(cpus="4,10,40")],
+            [cpu_config(cpus="4,10,31")],
         )
+    # a CPU the node does not have is refused with the config, before any device is looked at
+    with pytest.raises(PrepareError, match=r"field 'cpus': .* of CPUs 0-31 of this node"):
+        d.prepare(ref(), two, [cpu_config(cpus="4,10,40")])
 
 
 def test_config_merging_and_request_scope(root: Path, tmp_path: Path) -> None:

@@ -217,6 +217,12 @@ def test_trailing_nul_bytes_are_padding(tmp_path: Path) -> None:
         (f"{CPU}/cpu1/cache/index2/type", "Weird"),
         (f"{NODE}/node0/meminfo", "Node 0 MemTotal: many kB"),
         (f"{NODE}/node0/distance", "10 ten"),
+        # a hostile capture: past 4300 digits int() raises; a million-CPU list or mask must be
+        # refused before it is expanded
+        (f"{CPU}/cpu1/topology/physical_package_id", "7" * 5000),
+        ("sys/devices/cpu_core/cpus", "0-1048576"),
+        ("sys/devices/cpu_atom/cpus", ",".join(["0-65535"] * 2)),
+        (f"{NODE}/node0/cpumap", "f" * 20000),
     ],
 )
 def test_garbage_becomes_none_and_a_warning_naming_the_file(tmp_path: Path, rel: str, content: str) -> None:
