@@ -18,8 +18,9 @@ SHARED = REPO.parent / "shared"
 FIXTURES = SHARED / "fixtures" / "sysfs"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
-# The session-wide `control_plane` fixture (real kube-apiserver etc.), usable from every folder.
-pytest_plugins = ["tests.controlplane.fixtures"]
+# The session-wide `control_plane` (real kube-apiserver etc.) and `real_node` (a real kubelet and
+# containerd on its own control plane) fixtures, usable from every folder.
+pytest_plugins = ["tests.controlplane.fixtures", "tests.node.fixtures"]
 
 
 def fixture_names() -> list[str]:

@@ -21,6 +21,7 @@ shares one instance across the whole run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import ssl
@@ -86,6 +87,22 @@ def _feature_gate_flag(gates: dict[str, bool]) -> str:
 
 
 @dataclass(frozen=True)
+class NodeSupport:
+    """How the control plane serves a real kubelet and its Pods (tests/node); default: no kubelet.
+
+    The API server listens on `address`:443 and `service_range` starts at `address`, so the
+    `kubernetes` Service's ClusterIP is where the API server really is: a Pod's in-cluster
+    configuration reaches it without kube-proxy. The node-lifecycle controller runs (a kubelet
+    sends heartbeats, and only that controller lifts the new node's not-ready taint), and the
+    API server reaches kubelets with the admin client certificate (logs, exec).
+    """
+
+    address: str
+    service_range: str
+    port: int = 443
+
+
+@dataclass(frozen=True)
 class Ports:
     etcd_client: int
     etcd_peer: int
@@ -112,12 +129,18 @@ class ControlPlane:
         *,
         feature_gates: dict[str, bool] | None = None,
         verbosity: int = int(os.environ.get("TOPODRA_CP_VERBOSITY", "0")),
+        node_support: NodeSupport | None = None,
     ) -> None:
         self.workdir = workdir
         self.binaries = binaries
         self.feature_gates = {**FEATURE_GATES, **(feature_gates or {})}
-        self.ports = Ports.pick()
-        self.server = f"https://127.0.0.1:{self.ports.apiserver}"
+        self.node_support = node_support
+        ports = Ports.pick()
+        if node_support is not None:
+            ports = dataclasses.replace(ports, apiserver=node_support.port)
+        self.ports = ports
+        self.api_address = node_support.address if node_support is not None else "127.0.0.1"
+        self.server = f"https://{self.api_address}:{self.ports.apiserver}"
         self._verbosity = verbosity
         self._pki: ClusterPKI | None = None
         self._components: dict[str, Component] = {}
@@ -170,7 +193,8 @@ class ControlPlane:
         """Brings everything up and returns once the API serves and controllers run."""
         began = time.monotonic()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._pki = make_cluster_pki(self.workdir / "pki")
+        extra = [self.api_address] if self.node_support is not None else []
+        self._pki = make_cluster_pki(self.workdir / "pki", extra_ips=extra)
         self._write_kubeconfigs()
         self._components = {
             "etcd": self._component("etcd", self._etcd_argv()),
@@ -272,8 +296,8 @@ class ControlPlane:
         return [
             str(self.binaries.kube_apiserver),
             f"--etcd-servers=http://127.0.0.1:{self.ports.etcd_client}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.api_address}",
+            f"--advertise-address={self.api_address}",
             # The endpoint reconciler refuses a loopback address, and nothing in-cluster dials the
             # `kubernetes` Service here (no kubelet, no pods run).
             "--endpoint-reconciler-type=none",
@@ -289,7 +313,7 @@ class ControlPlane:
             "--requestheader-username-headers=X-Remote-User",
             "--requestheader-group-headers=X-Remote-Group",
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            f"--service-cluster-ip-range={self._service_range}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={p.sa_public_key}",
             f"--service-account-signing-key-file={p.sa_private_key}",
@@ -301,6 +325,21 @@ class ControlPlane:
             f"--feature-gates={_feature_gate_flag(self.feature_gates)}",
             "--profiling=false",
             f"--v={self._verbosity}",
+            *self._kubelet_client_flags(),
+        ]
+
+    @property
+    def _service_range(self) -> str:
+        return self.node_support.service_range if self.node_support is not None else "10.0.0.0/24"
+
+    def _kubelet_client_flags(self) -> list[str]:
+        if self.node_support is None:
+            return []
+        p = self.pki
+        return [
+            f"--kubelet-client-certificate={p.admin.cert}",
+            f"--kubelet-client-key={p.admin.key}",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
         ]
 
     def _common_component_flags(self, kubeconfig: Path, port: int) -> list[str]:
@@ -335,9 +374,10 @@ class ControlPlane:
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={p.sa_private_key}",
             f"--root-ca-file={p.ca.cert}",
-            # No kubelet sends heartbeats: node-lifecycle would mark every node NotReady after 40 s,
-            # taint it and evict its pods. Nodes here are Ready because the test says so.
-            "--controllers=*,-node-lifecycle-controller",
+            # Without a kubelet no node sends heartbeats: node-lifecycle would mark every node
+            # NotReady after 40 s, taint it and evict its pods. Nodes here are Ready because the
+            # test says so. With a real kubelet (node_support) it runs, as on any cluster.
+            "--controllers=*" if self.node_support else "--controllers=*,-node-lifecycle-controller",
         ]
 
     def _write_kubeconfigs(self) -> None:
@@ -349,6 +389,10 @@ class ControlPlane:
         ):
             user = {"client-certificate": str(pair.cert), "client-key": str(pair.key)}
             self._write_kubeconfig(self.workdir / f"{name}.kubeconfig", name, user)
+
+    def write_kubeconfig(self, path: Path, user_name: str, user: dict[str, str]) -> None:
+        """A kubeconfig for this API server with `user`'s credentials (cert/key paths or a token)."""
+        self._write_kubeconfig(path, user_name, user)
 
     def _write_kubeconfig(self, path: Path, user_name: str, user: dict[str, str]) -> None:
         doc = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,7 +97,14 @@ def _client(folder: Path, ca: KeyPair, name: str, subject: str) -> KeyPair:
     return _make_leaf(folder, ca, name, subject, usage)
 
 
-def make_cluster_pki(folder: Path) -> ClusterPKI:
+def node_client_certificate(folder: Path, ca: KeyPair, node_name: str) -> KeyPair:
+    """A kubelet's client certificate: the Node authorizer and NodeRestriction know it by its
+    name `system:node:<node>` in group `system:nodes`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return _client(folder, ca, "kubelet-client", f"/O=system:nodes/CN=system:node:{node_name}")
+
+
+def make_cluster_pki(folder: Path, extra_ips: Iterable[str] = ()) -> ClusterPKI:
     """Creates the CA, the apiserver's serving cert for loopback, and one client cert per user.
 
     The scheduler and controller-manager authenticate as the users the bootstrap RBAC policy
@@ -104,7 +112,9 @@ def make_cluster_pki(folder: Path) -> ClusterPKI:
     """
     folder.mkdir(parents=True, exist_ok=True)
     ca = _make_ca(folder)
-    sans = "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc"
+    ips = [f"IP:{ip}" for ip in dict.fromkeys(["127.0.0.1", "10.0.0.1", *extra_ips])]
+    names = ["DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default.svc"]
+    sans = "subjectAltName=" + ",".join(ips + names)
     serving = ["keyUsage=critical,digitalSignature", "extendedKeyUsage=serverAuth", sans]
     apiserver = _make_leaf(folder, ca, "apiserver", "/CN=kube-apiserver", serving)
     admin = _client(folder, ca, "admin", "/O=system:masters/CN=topodra-admin")
