@@ -46,7 +46,7 @@ for i in 1 2; do
     spec="${specs[$((i - 1))]}"
     log "synthetic machine $spec for $host in $synth_dir/$out"
     synth=(docker run --rm --user 0 -v "$synth_dir:/out" "$image"
-        synth --spec "$spec" --output "/out/$out" --hostname "$host" --force)
+        synth --spec "$spec" --dest "/out/$out" --hostname "$host" --force)
     if ! "${synth[@]}" --dev-nodes >/dev/null; then
         log "could not create device-node stand-ins; writing $out without them"
         "${synth[@]}" >/dev/null

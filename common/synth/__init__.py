@@ -4,7 +4,7 @@ The drivers' tests, the examples and the benchmarks run on these trees, and a us
 drivers on a laptop or on kind with them. The tree is laid out the way the kernel lays out a
 real machine (relative symlinks, kernel mask and list formats, PCI config space that agrees with
 the attributes), so any reader of a real /sys, hwloc included, reads it as the declared machine.
-`topodra synth --spec FILE|NAME --output DIR` writes one; `topodra synth --list` names the
+`topodra synth --spec FILE|NAME --dest DIR` writes one; `topodra synth --list` names the
 shipped ones. Generation is deterministic: the same spec (and hostname) gives a byte-identical
 tree. Beside `sys/` and `proc/` the build writes `synth-manifest.json`, the machine as a correct
 reader must find it (CPUs, cores, caches, NUMA, PCI addresses, bridges, interfaces, RDMA).

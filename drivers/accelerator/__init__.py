@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from topodra.drivers import flags
 from topodra.drivers.accelerator import options as _options
 
 if TYPE_CHECKING:
@@ -31,4 +32,11 @@ def create(options: CommonOptions) -> AcceleratorDriver:
         opts = _options.from_args(options.args, options.sysfs_root, options.node_name)
     except _options.OptionError as e:
         raise ValueError(str(e)) from e
+    # checked here, on the machine that reads them, not by the parser (a chart's values are
+    # parsed elsewhere too): a mistyped path would otherwise silently give no product names
+    for path in opts.pci_ids:
+        try:
+            flags.readable_file(path)
+        except argparse.ArgumentTypeError as e:
+            raise ValueError(f"--accelerator-pci-ids: {e}") from None
     return AcceleratorDriver(opts)

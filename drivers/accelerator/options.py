@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from topodra.drivers import flags
+
 _HEX_ID = r"(?:0x)?([0-9a-f]{4})"
 _ID_MATCH = re.compile(rf"{_HEX_ID}:(?:{_HEX_ID}|(\*))\Z")
 
@@ -106,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--accelerator-dev-root",
-        type=Path,
+        type=flags.absolute_path,
         default=Path("/"),
         help="folder whose dev/ holds the host's device nodes (default /); the container paths stay /dev/...",
     )
@@ -126,7 +128,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--accelerator-rescan-interval",
-        type=float,
+        type=flags.seconds,
         default=30.0,
         metavar="SECONDS",
         help="full rediscovery at least this often (default 30; PCI functions, drivers and device "

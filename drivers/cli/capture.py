@@ -8,30 +8,61 @@ makes a user's machine a test fixture without shipping their whole /sys.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
 from topodra.drivers.cli.inspect import add_root_argument, root_problem
+from topodra.drivers.cli.usage import EXIT_FAILED, epilog, fail
+
+SUFFIX = ".tar.xz"
+EXAMPLES = (
+    ("topodra capture --file me.tar.xz", "this machine's topology, to attach to a bug report"),
+    ("mkdir m && tar -xJf me.tar.xz -C m && topodra inspect --sysfs-root m", "look at a capture"),
+)
+
+
+def archive_path(text: str) -> str:
+    """argparse type: a .tar.xz (what is written) in a folder that exists."""
+    if not text.endswith(SUFFIX):
+        raise argparse.ArgumentTypeError(f"{text!r}: the archive is xz-compressed tar; name it *{SUFFIX}")
+    folder = os.path.dirname(text) or "."
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{text!r}: folder {folder} does not exist")
+    return text
+
+
+def _moved(text: str) -> str:
+    raise argparse.ArgumentTypeError(
+        f"capture writes its archive to --file FILE{SUFFIX} (--output names a format on other commands)"
+    )
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("capture", help="pack the sysfs files discovery reads into a .tar.xz")
+    p = subparsers.add_parser(
+        "capture",
+        help="pack the sysfs files discovery reads into a .tar.xz",
+        description=(__doc__ or "").splitlines()[0],
+        epilog=epilog(EXAMPLES, {1: "the archive could not be written"}),
+    )
     add_root_argument(p)
-    p.add_argument("--output", required=True, metavar="FILE.tar.xz", help="archive to write")
+    p.add_argument(
+        "--file", "-f", required=True, type=archive_path, metavar=f"FILE{SUFFIX}", help="archive to write"
+    )
+    p.add_argument("-o", "--output", type=_moved, help=argparse.SUPPRESS)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     problem = root_problem(args.sysfs_root)
     if problem is not None:
-        print(f"topodra capture: {problem}", file=sys.stderr)
-        return 2
+        return fail("capture", problem)
     from topodra.common.topology.capture import capture
 
     try:
-        count = capture(args.sysfs_root, args.output)
+        count = capture(args.sysfs_root, args.file)
     except OSError as e:
-        print(f"topodra capture: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    print(f"wrote {args.output}: {count} entries", file=sys.stderr)
+        print(f"topodra capture: cannot write {args.file}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"wrote {args.file}: {count} entries", file=sys.stderr)
     return 0

@@ -37,18 +37,39 @@ def root_problem(root: str) -> str | None:
     return f"--sysfs-root {root} is not a sysfs tree: it has no sys/devices/system/cpu"
 
 
+EXAMPLES = (
+    (
+        "topodra inspect",
+        "this machine: CPUs, PCI tree, what sits with what, and the attribute that aligns it",
+    ),
+    ("topodra inspect --only accelerators,nics", "only accelerators and NICs"),
+    ("topodra inspect --sysfs-root /tmp/hgx -o wide", "a synthetic machine, every VF and the whole matrix"),
+    ("topodra inspect -o json | jq '.pci_devices[0]'", "discovery's data, for scripts"),
+)
+
+
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("inspect", help="show the machine's topology as discovery sees it")
+    from topodra.drivers.cli.formats import add_output_argument
+    from topodra.drivers.cli.usage import epilog
+
+    p = subparsers.add_parser(
+        "inspect",
+        help="show the machine's topology as discovery sees it",
+        description="Show the machine's topology as discovery sees it: which devices sit together and "
+        "which claim attribute lines them up.",
+        epilog=epilog(EXAMPLES),
+    )
     add_root_argument(p)
-    p.add_argument("--output", choices=("text", "json"), default="text")
+    add_output_argument(p, ("text", "json"), "text", what="the topology")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     problem = root_problem(args.sysfs_root)
     if problem is not None:
-        print(f"topodra inspect: {problem}", file=sys.stderr)
-        return 2
+        from topodra.drivers.cli.usage import fail
+
+        return fail("inspect", problem)
     from topodra.common.topology.discover import discover
 
     topology = discover(args.sysfs_root)

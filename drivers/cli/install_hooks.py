@@ -33,11 +33,20 @@ def _install_nic(dest: Path) -> Path:
 INSTALLERS: dict[str, Callable[[Path], Path]] = {"cpu": _install_cpu, "nic": _install_nic}
 
 
+EXAMPLES = (
+    ("topodra install-hooks", f"every driver's hooks into {DEFAULT_DEST}"),
+    ("topodra install-hooks --driver cpu --dest /var/lib/topodra/hooks", "where /opt is read-only"),
+)
+
+
 def register(subparsers: Any) -> None:
+    from topodra.drivers.cli.usage import epilog
+
     p: argparse.ArgumentParser = subparsers.add_parser(
         "install-hooks",
         help="copy the drivers' CDI hooks to a host folder",
-        description=__doc__.splitlines()[0],
+        description=(__doc__ or "").splitlines()[0],
+        epilog=epilog(EXAMPLES, {1: "a hook could not be written into --dest"}),
     )
     p.add_argument(
         "--dest",

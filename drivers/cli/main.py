@@ -6,10 +6,15 @@ kubernetes client: discovery must stay cheaper than lstopo on the same tree.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+
+from topodra.drivers.cli.usage import Parser, VersionAction, epilog
+
+# for annotations only (strings here): importing typing costs milliseconds on the inspect path
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 # subcommand -> module under topodra.drivers.cli that defines register(subparsers) and run(args)
 SUBCOMMANDS: dict[str, str] = {
@@ -21,11 +26,24 @@ SUBCOMMANDS: dict[str, str] = {
     "install-hooks": "install_hooks",
 }
 
+EXAMPLES = (
+    ("topodra inspect", "this machine's topology: what sits with what, which attribute aligns it"),
+    ("topodra synth --spec 2s-8acc-8nic --dest /tmp/hgx", "a synthetic machine to try things on"),
+    ("topodra slices --driver all --sysfs-root /tmp/hgx -o wide", "the devices the drivers would publish"),
+    ("topodra <command> --help", "each command's flags, examples and exit codes"),
+)
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+
+def build_parser(only: str | None = None) -> Parser:
     """All subcommands, or just `only`: `topodra inspect` must not import what `serve` needs."""
-    parser = argparse.ArgumentParser(prog="topodra", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(
+        prog="topodra",
+        description="topodra: DRA drivers for CPU, accelerator and NIC that describe every device in one "
+        "topology language, and the tools to see that topology.",
+        epilog=epilog(EXAMPLES, {1: "the command failed (its message says why)"}),
+    )
+    parser.add_argument("--version", action=VersionAction, help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for name, module in SUBCOMMANDS.items():
         if only is None or name == only:
             importlib.import_module(f"topodra.drivers.cli.{module}").register(sub)

@@ -13,35 +13,87 @@ from pathlib import Path
 from typing import Any
 
 from topodra.common import logs
-from topodra.drivers import registry
+from topodra.drivers import flags, registry
 from topodra.drivers.cli.inspect import add_root_argument, root_problem
 
 EXIT_CONFIG = 2
 EXIT_START = 1
+EXAMPLES = (
+    (
+        'topodra serve cpu --node-name "$NODE_NAME" --metrics-address :9400',
+        "the CPU driver, as deploy/ runs it",
+    ),
+    ("topodra serve all --kubeconfig ~/.kube/config --node-name lab-1", "all three in one process (a lab)"),
+    (
+        "topodra serve nic --node-name n1 --nic-node-ip 192.0.2.10 --no-publish",
+        "try the NIC driver, no slices",
+    ),
+)
 
 
 def register(subparsers: Any) -> None:
+    from topodra.drivers.cli.usage import epilog
+
     p: argparse.ArgumentParser = subparsers.add_parser(
-        "serve", help="run DRA kubelet plugins", description=__doc__.splitlines()[0]
+        "serve",
+        help="run DRA kubelet plugins",
+        description=(__doc__ or "").splitlines()[0],
+        epilog=epilog(
+            EXAMPLES,
+            {
+                0: "stopped by SIGTERM or SIGINT",
+                1: "a plugin could not start (sockets, registration)",
+                2: "a flag, the kubeconfig or the sysfs root is wrong (one line says which)",
+            },
+        ),
     )
     p.add_argument(
         "kind", choices=[*registry.KINDS, "all"], help="which driver, or all of them in one process"
     )
-    p.add_argument("--kubelet-root-dir", type=Path, default=Path("/var/lib/kubelet"))
-    p.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""), help="default: $NODE_NAME")
-    add_root_argument(p)
-    p.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"))
     p.add_argument(
-        "--state-dir", type=Path, default=None, help="checkpoints; default: each driver's plugin folder"
+        "--kubelet-root-dir",
+        type=flags.absolute_path,
+        default=Path("/var/lib/kubelet"),
+        metavar="DIR",
+        help="the kubelet's root folder (default %(default)s)",
     )
-    p.add_argument("--kubeconfig", default=None, help="default: the in-cluster service account")
+    p.add_argument(
+        "--node-name",
+        type=flags.node_name,
+        default=os.environ.get("NODE_NAME", ""),
+        help="this node's name (default: $NODE_NAME)",
+    )
+    add_root_argument(p)
+    p.add_argument(
+        "--cdi-root",
+        type=flags.absolute_path,
+        default=Path("/var/run/cdi"),
+        metavar="DIR",
+        help="folder the runtime reads CDI specs from (default %(default)s)",
+    )
+    p.add_argument(
+        "--state-dir",
+        type=flags.absolute_path,
+        default=None,
+        metavar="DIR",
+        help="checkpoints; default: each driver's plugin folder",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        type=flags.readable_file,
+        default=None,
+        metavar="FILE",
+        help="default: the in-cluster service account",
+    )
     p.add_argument(
         "--metrics-address",
+        type=flags.host_port,
         default="",
         help="host:port for /metrics, /healthz and /readyz (e.g. :9400); empty: off",
     )
     p.add_argument(
         "--pod-uid",
+        type=flags.uid,
         default=os.environ.get("POD_UID", ""),
         help="this pod's UID (default: $POD_UID); set, sockets get rolling-update names",
     )
@@ -57,9 +109,34 @@ def register(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
+def kubeconfig_problem(path: str) -> str | None:
+    """Why `path` is not a kubeconfig, in words, before the client's loader sees it (its own
+    errors for a file that is not a YAML mapping are Python's: 'str' object does not support
+    item assignment)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError) as e:
+        return f"kubeconfig {path}: cannot read it: {e}"
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        return f"kubeconfig {path} is not YAML{where}"
+    if not isinstance(doc, dict):
+        return f"kubeconfig {path} is not a kubeconfig: expected a YAML mapping with clusters and contexts"
+    missing = [k for k in ("clusters", "contexts") if not isinstance(doc.get(k), list) or not doc.get(k)]
+    if missing:
+        return f"kubeconfig {path} is not a kubeconfig: it has no {' and no '.join(missing)}"
+    return None
+
+
 def _api_client(kubeconfig: str | None) -> Any:
     from topodra.common import kube
 
+    if kubeconfig and (problem := kubeconfig_problem(kubeconfig)) is not None:
+        raise ValueError(problem)
     try:
         return kube.new_api_client(kubeconfig)
     except Exception as e:
@@ -94,7 +171,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         services, observability = build(args, kinds)
     except Exception as e:
-        log.error("configuration failed", error=f"{type(e).__name__}: {e}")
+        # a ValueError is ours and already says what is wrong; anything else needs its type
+        log.error(
+            "configuration failed", error=str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+        )
         return EXIT_CONFIG
 
     from topodra.common.runtime.plugin import serve_all

@@ -1,46 +1,76 @@
 """`topodra slices`: print the ResourceSlices a driver would publish on this machine, no cluster.
 
-The output is built by the publisher's own code (validation, chunking, naming), so it is exactly
-what `serve` writes, except two things only a cluster knows: the owner reference carries a
-placeholder Node UID unless `--node-uid` is given, and the server appends 5 random characters
-to each `metadata.generateName`. Devices or attributes that validation leaves out are reported
-on stderr, naming the device and the rule; the exit status is then 3 (the slices still print).
+The output is built by the publisher's own code (validation, chunking, naming), so it is what
+`serve` writes, except for what only a cluster knows: the owner reference carries a
+placeholder Node UID unless `--node-uid` is given, and each slice has a fixed
+`metadata.name` (the publisher's `generateName` without its trailing dash) where `serve` lets
+the server add 5 random characters, because `kubectl apply` refuses generateName. YAML and JSON
+are one `kind: List`, which kubectl reads (`topodra slices | kubectl apply --dry-run=server -f
+-`); `text` and `wide` are tables for people. Devices or attributes that validation leaves out
+are reported on stderr, naming the device and the rule; the exit status is then 3 (the slices
+still print).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-from topodra.drivers import registry
+from topodra.drivers import flags, registry
+from topodra.drivers.cli.formats import add_output_argument, dump
 from topodra.drivers.cli.inspect import add_root_argument, root_problem
 
 EXIT_CONFIG = 2
 EXIT_PROBLEMS = 3
 
 
+EXAMPLES = (
+    ("topodra slices --driver all -o wide", "this machine's devices as the drivers would publish them"),
+    (
+        "topodra slices --driver nic | kubectl apply --dry-run=server -f -",
+        "ask a cluster whether it accepts them",
+    ),
+    ("topodra slices --driver accelerator --sysfs-root /tmp/hgx -o json", "a synthetic machine's, as JSON"),
+)
+
+
 def register(subparsers: Any) -> None:
+    from topodra.drivers.cli.usage import epilog
+
     p: argparse.ArgumentParser = subparsers.add_parser(
-        "slices", help="print the ResourceSlices a driver would publish", description=__doc__.splitlines()[0]
+        "slices",
+        help="print the ResourceSlices a driver would publish",
+        description=(__doc__ or "").splitlines()[0],
+        epilog=epilog(
+            EXAMPLES,
+            {
+                2: "a flag or the sysfs root is wrong, or a driver could not start (one line says which)",
+                3: "printed, but validation left devices or attributes out (stderr names each)",
+            },
+        ),
     )
     p.add_argument("--driver", choices=[*registry.KINDS, "all"], required=True)
     add_root_argument(p)
     p.add_argument(
         "--node-name",
+        type=flags.node_name,
         default=os.environ.get("NODE_NAME") or socket.gethostname().lower(),
         help="default: $NODE_NAME, else the host name",
     )
     p.add_argument(
-        "--node-uid", default=None, help="the Node's UID for ownerReferences (default: a placeholder)"
+        "--node-uid",
+        type=flags.uid,
+        default=None,
+        help="the Node's UID for ownerReferences (default: a placeholder)",
     )
-    p.add_argument("--output", choices=("yaml", "json"), default="yaml")
+    add_output_argument(p, ("yaml", "json", "text", "wide"), "yaml", what="the slices")
     p.add_argument(
         "--kubernetes-version",
+        type=flags.kubernetes_version,
         default=None,
         metavar="X.Y",
         help="validate with the limits of this API server version (e.g. 1.34: ≤4 taints, no list "
@@ -78,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
             devices = list(driver.devices())
             counter_sets = list(getattr(driver, "counter_sets", lambda: ())())
         except Exception as err:
-            print(f"topodra slices: driver {kind}: {type(err).__name__}: {err}", file=sys.stderr)
+            what = str(err) if isinstance(err, ValueError) else f"{type(err).__name__}: {err}"
+            print(f"topodra slices: driver {kind}: {what}", file=sys.stderr)
             return EXIT_CONFIG
         desired = build_desired(
             driver.name, args.node_name, args.node_uid, devices, counter_sets=counter_sets, limits=limits
@@ -86,11 +117,25 @@ def run(args: argparse.Namespace) -> int:
         for p in desired.problems:
             print(f"topodra slices: {driver.name}: {p}", file=sys.stderr)
         problems += len(desired.problems)
-        slices.extend(desired.slices)
-    if args.output == "json":
-        sys.stdout.write(json.dumps(slices, indent=2) + "\n")
-    else:
-        import yaml
+        slices.extend(named(s) for s in desired.slices)
+    if args.output in ("text", "wide"):
+        from topodra.drivers.cli.slices_table import render, rows
 
-        sys.stdout.write(yaml.safe_dump(slices, sort_keys=False, default_flow_style=False))
+        sys.stdout.write(render(rows(slices, wide=args.output == "wide")))
+    else:
+        sys.stdout.write(dump(as_list(slices), args.output))
     return EXIT_PROBLEMS if problems else 0
+
+
+def named(obj: dict[str, Any]) -> dict[str, Any]:
+    """The slice with a fixed name instead of generateName (kubectl apply needs a name)."""
+    meta = dict(obj["metadata"])
+    generate = meta.pop("generateName", None)
+    if generate and "name" not in meta:
+        meta = {"name": generate.rstrip("-"), **meta}
+    return {**obj, "metadata": meta}
+
+
+def as_list(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """A `v1 List`, the shape `kubectl get -o yaml` prints and `kubectl apply -f` reads."""
+    return {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}

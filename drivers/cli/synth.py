@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+from topodra.drivers.cli.formats import add_output_argument, dump
+from topodra.drivers.cli.usage import epilog, fail
+from topodra.drivers.flags import hostname
+
+EXAMPLES = (
+    ("topodra synth --list", "the shipped machines"),
+    (
+        "topodra synth --spec 2s-8acc-8nic --dest /tmp/hgx",
+        "write one; then: topodra inspect --sysfs-root /tmp/hgx",
+    ),
+    ("topodra synth --spec 64acc-300vf --dest /tmp/big -o json", "the summary as JSON, for scripts"),
+    ("topodra synth --spec - --dest /tmp/lab < lab.json", "a spec of your own, from stdin"),
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -14,12 +27,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="write a synthetic machine's sysfs tree",
         description="Write the sysfs tree of a declared machine: DIR/sys, DIR/proc and "
         "DIR/synth-manifest.json. Point --sysfs-root (or HWLOC_FSROOT) at DIR.",
+        epilog=epilog(EXAMPLES, {2: "a flag, the spec or the destination is wrong (one line says which)"}),
     )
     parser.add_argument(
         "--spec", metavar="FILE|NAME", help="a spec JSON file, the name of a shipped spec, or - for stdin"
     )
-    parser.add_argument("--output", metavar="DIR", type=Path, help="folder to write the tree into")
-    parser.add_argument("--hostname", help="override the spec's hostname (seeds MACs, GUIDs, GPU UUIDs)")
+    parser.add_argument("--dest", "-d", metavar="DIR", type=Path, help="folder to write the tree into")
+    add_output_argument(
+        parser, ("text", "json", "yaml"), "text", what="the summary (or --list)", moved="--dest DIR"
+    )
+    parser.add_argument(
+        "--hostname", type=hostname, help="override the spec's hostname (seeds MACs, GUIDs, GPU UUIDs)"
+    )
     parser.add_argument("--force", action="store_true", help="replace a tree a previous run wrote in DIR")
     parser.add_argument(
         "--dev-nodes",
@@ -44,13 +63,15 @@ def run(args: argparse.Namespace) -> int:
     from topodra.common.synth.spec import load_spec_text, parse_spec
 
     if args.list:
-        for name in shipped_spec_names():
-            spec = load_spec(name)
-            print(f"{name:<16} {spec.description}")
+        specs = [(name, load_spec(name).description) for name in shipped_spec_names()]
+        if args.output == "text":
+            for name, description in specs:
+                print(f"{name:<16} {description}")
+        else:
+            sys.stdout.write(dump([{"name": n, "description": d} for n, d in specs], args.output))
         return 0
     if not args.spec:
-        print("topodra synth: --spec FILE|NAME is required (see --list)", file=sys.stderr)
-        return 2
+        return fail("synth", "--spec FILE|NAME is required (see --list)")
     try:
         if args.spec == "-":
             spec = load_spec_text(sys.stdin.read(), default_name="stdin", origin="stdin")
@@ -64,12 +85,11 @@ def run(args: argparse.Namespace) -> int:
             )
             sys.stdout.write(text)
             return 0
-        if not args.output:
-            print("topodra synth: --output DIR is required", file=sys.stderr)
-            return 2
+        if not args.dest:
+            return fail("synth", "--dest DIR is required: the folder to write the tree into")
         if args.hostname:
             spec = parse_spec({**spec.source, "hostname": args.hostname}, default_name=spec.name)
-        result = build(spec, args.output, force=args.force, dev_nodes=args.dev_nodes)
+        result = build(spec, args.dest, force=args.force, dev_nodes=args.dev_nodes)
     except (SpecError, OutputError) as exc:
         print(f"topodra synth: {exc}", file=sys.stderr)
         return 2
@@ -80,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             kinds[f.kind] = kinds.get(f.kind, 0) + 1
     summary = {
         "name": spec.name,
-        "output": str(args.output),
+        "output": str(args.dest),
         "cpus": len(plan.cpus),
         "online_cpus": len(plan.online),
         "packages": spec.cpu.sockets,
@@ -93,5 +113,14 @@ def run(args: argparse.Namespace) -> int:
         "entries": result.entries,
         "seconds": round(result.seconds, 3),
     }
-    print(json.dumps(summary))
+    if args.output == "text":
+        print(
+            f"wrote {spec.name} to {args.dest}: {summary['cpus']} CPUs in {summary['packages']} package(s) "
+            f"and {summary['numa_nodes']} NUMA node(s), {summary['accelerators']} accelerator(s), "
+            f"{summary['nics']} NIC(s), {summary['vfs']} VF(s), {summary['pci_functions']} PCI function(s) "
+            f"({summary['entries']} entries, {summary['seconds']} s)\n"
+            f"  look at it: topodra inspect --sysfs-root {args.dest}"
+        )
+    else:
+        sys.stdout.write(dump(summary, args.output))
     return 0

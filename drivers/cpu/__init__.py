@@ -35,4 +35,9 @@ def create(options: CommonOptions) -> CpuDriver:
     from topodra.drivers.cpu.driver import CpuDriver
 
     root = discovery_root(Path(options.sysfs_root))
-    return CpuDriver(discover(root), _options.from_args(options.args), root)
+    topology = discover(root)
+    opts = _options.from_args(options.args)
+    problem = _options.reserved_problem(opts.reserved, topology)
+    if problem is not None:
+        raise ValueError(problem)
+    return CpuDriver(topology, opts, root)

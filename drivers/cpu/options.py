@@ -9,8 +9,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from topodra.common.topology.parse import parse_cpulist
+from topodra.common.topology.parse import compress, parse_cpulist
+from topodra.drivers import flags
+
+if TYPE_CHECKING:
+    from topodra.common.topology.model import Topology
 
 GRANULARITIES = ("numa", "core")
 DEFAULT_HOOK_DIR = Path("/opt/topodra/hooks")
@@ -36,6 +41,28 @@ class CpuOptions:
             raise ValueError(f"--cpu-pin-memory must be one of {', '.join(MEMORY_MODES)}")
         if not self.hook_dir.is_absolute():
             raise ValueError(f"--cpu-hook-dir must be an absolute path (CDI hooks need one): {self.hook_dir}")
+
+
+def reserved_problem(reserved: frozenset[int], topology: Topology) -> str | None:
+    """Why `--cpu-reserved-cpus` cannot be right for this machine, or None.
+
+    A CPU that has no cpuN folder at all is a typo or a list meant for another machine (the
+    driver would silently publish a different split than intended); a list that covers every
+    usable CPU leaves nothing to publish. An offline CPU is fine: it may come back.
+    """
+    if not reserved:
+        return None
+    text = compress(sorted(reserved))
+    absent = sorted(reserved - {c.id for c in topology.cpus})
+    if absent:
+        have = compress([c.id for c in topology.cpus]) or "none"
+        missing = compress(absent)
+        return f"--cpu-reserved-cpus {text}: CPUs {missing} do not exist on this machine (it has {have})"
+    usable = set(topology.usable_cpus())
+    if usable and usable <= reserved:
+        every = compress(sorted(usable))
+        return f"--cpu-reserved-cpus {text} reserves every usable CPU ({every}): nothing left to publish"
+    return None
 
 
 def cpu_list(text: str) -> frozenset[int]:
@@ -69,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--cpu-hook-dir",
-        type=Path,
+        type=flags.absolute_path,
         default=DEFAULT_HOOK_DIR,
         help="host folder with the topodra hooks (cpuset.sh); default %(default)s",
     )

@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from topodra.drivers import flags
+
 if TYPE_CHECKING:
     from topodra.drivers.nic.driver import NicDriver
     from topodra.drivers.registry import CommonOptions
@@ -37,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--nic-node-ip",
         action="append",
+        type=flags.ip_address,
         default=None,
         metavar="IP",
         help="the node's InternalIP; its interface counts as uplink (repeatable; default: $NODE_IP)",
@@ -64,13 +67,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--nic-hook-dir",
-        type=Path,
+        type=flags.absolute_path,
         default=Path("/opt/topodra/hooks"),
         help="host folder the hook is installed to and run from (default /opt/topodra/hooks)",
     )
     g.add_argument(
         "--nic-state-dir",
-        type=Path,
+        type=flags.absolute_path,
         default=Path("/var/lib/topodra/nic"),
         help="host folder for pinned pod network namespaces (default /var/lib/topodra/nic)",
     )
@@ -81,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--nic-rescan-interval",
-        type=float,
+        type=flags.seconds,
         default=5.0,
         metavar="SECONDS",
         help="full rediscovery at least this often (changes of interfaces or PCI functions are seen at once)",
@@ -101,6 +104,11 @@ def create(options: CommonOptions) -> NicDriver:
     if not node_ips:
         env = os.environ.get("NODE_IP", "")
         node_ips = [ip for ip in env.replace(",", " ").split() if ip]
+        for ip in node_ips:
+            try:
+                flags.ip_address(ip)
+            except argparse.ArgumentTypeError as e:
+                raise ValueError(f"$NODE_IP: {e}") from None
     selection = Selection(
         allow_uplink=bool(get("nic_allow_uplink", False)),
         include_virtual=bool(get("nic_include_virtual", False)),

@@ -140,7 +140,7 @@ def publish_synthetic(cp: ControlPlane, node: str, uid: str, root: Path) -> dict
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stderr
     slices = api_resource(cp.dynamic, "ResourceSlice")
-    for body in json.loads(out.stdout):
+    for body in json.loads(out.stdout)["items"]:
         slices.create(body=body)
     listed: dict[str, Any] = slices.get(field_selector=f"spec.nodeName={node}").to_dict()
     assert {s["spec"]["driver"] for s in listed["items"]} == {f"{k}.topodra.io" for k in KINDS}

@@ -163,7 +163,7 @@ def test_wheel_from_the_build_context_runs_the_daemonset_commands(tmp_path: Path
     assert sorted(p.name for p in hooks.iterdir()) == ["cpuset.sh", "netdev.sh"]
     assert topodra("serve", "--help").returncode == 0
     machine = tmp_path / "machine"
-    out = topodra("synth", "--spec", "1s-4acc", "--output", str(machine))
+    out = topodra("synth", "--spec", "1s-4acc", "--dest", str(machine))
     assert out.returncode == 0, out.stderr
     out = topodra(
         "slices", "--driver", "all", "--sysfs-root", str(machine), "--node-name", "n", "--output", "json"

@@ -54,7 +54,7 @@ class Fleet:
 def synthesize(spec: str, output: Path, hostname: str) -> Path:
     """`topodra synth` (the real CLI) with device-node stand-ins."""
     cmd = [sys.executable, "-m", "topodra.drivers.cli.main", "synth", "--spec", spec]
-    cmd += ["--output", str(output), "--hostname", hostname, "--dev-nodes"]
+    cmd += ["--dest", str(output), "--hostname", hostname, "--dev-nodes"]
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
         raise RuntimeError(f"topodra synth --spec {spec} failed: {out.stderr}")

@@ -294,7 +294,7 @@ class SimNode:
             if out.returncode != 0:
                 raise NodeFailed(f"topodra slices for {self.name} failed ({out.returncode}):\n{out.stderr}")
             by_driver: dict[str, list[str]] = {driver_name(k): [] for k in self.spec.kinds}
-            for item in json.loads(out.stdout):
+            for item in json.loads(out.stdout)["items"]:
                 drv = item["spec"]["driver"]
                 if drv in by_driver:
                     by_driver[drv].extend(d["name"] for d in item["spec"].get("devices") or [])

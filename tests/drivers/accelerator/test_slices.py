@@ -288,11 +288,11 @@ def test_topodra_slices_prints_valid_slices_for_the_accelerator_driver(
     out = slices_cli(root, "--accelerator-exclude", "10de:2330")
     assert out.returncode == 0, out.stderr
     # every accelerator of this machine is an H100: one empty slice keeps the pool
-    (empty,) = json.loads(out.stdout)
+    (empty,) = json.loads(out.stdout)["items"]
     assert empty["spec"]["devices"] == [] and empty["spec"]["driver"] == DRIVER
     out = slices_cli(root)
     assert out.returncode == 0, out.stderr
-    slices = json.loads(out.stdout)
+    slices = json.loads(out.stdout)["items"]
     names = [d["name"] for s in slices for d in s["spec"]["devices"]]
     assert len(names) == 8 and all(s["spec"]["driver"] == DRIVER for s in slices)
     bad = slices_cli(root, "--accelerator-include", "10de:2330,nvidia")

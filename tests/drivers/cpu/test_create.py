@@ -45,10 +45,18 @@ def test_bad_flags_are_refused(argv: list[str], capsys: pytest.CaptureFixture[st
     assert "--cpu-" in capsys.readouterr().err
 
 
-def test_relative_hook_dir_is_refused(fixture_trees: FixtureTrees) -> None:
+def test_relative_hook_dir_is_refused(
+    fixture_trees: FixtureTrees, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """By the parser (one line, exit 2) and, for a namespace built by hand, by the options."""
+    with pytest.raises(SystemExit) as exit_:
+        parse(["--cpu-hook-dir", "hooks"])
+    assert exit_.value.code == 2
+    assert "argument --cpu-hook-dir: 'hooks' is not an absolute path" in capsys.readouterr().err
     root = fixture_trees.root("hwloc--32intel64-2p8co2t+8ve")
+    by_hand = argparse.Namespace(cpu_hook_dir=Path("hooks"))
     with pytest.raises(ValueError, match="--cpu-hook-dir must be an absolute path"):
-        registry.create("cpu", registry.CommonOptions(root, "node-a", parse(["--cpu-hook-dir", "hooks"])))
+        registry.create("cpu", registry.CommonOptions(root, "node-a", by_hand))
 
 
 def test_sysfs_mount_itself_is_accepted(fixture_trees: FixtureTrees) -> None:

@@ -30,7 +30,10 @@ SCHEMAS = ("1.34.0", "1.37.0")
 def run_cli(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
-        code = main(["slices", *argv])
+        try:
+            code = main(["slices", *argv])
+        except SystemExit as exit_:  # argparse refused a flag value
+            code = int(exit_.code or 0)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -44,7 +47,7 @@ def assert_valid(slices: list[dict[str, Any]], version: str) -> None:
         try:
             kubernetes_validate.validate(obj, version, strict=True)
         except kubernetes_validate.ValidationError as err:
-            raise AssertionError(f"{obj['metadata']['generateName']} invalid for {version}: {err}") from None
+            raise AssertionError(f"{obj['metadata']['name']} invalid for {version}: {err}") from None
 
 
 @pytest.mark.parametrize("name", fixture_names())
@@ -56,7 +59,7 @@ def test_slices_of_every_tree_validate_for_1_34_and_1_37(
         code, out, err = run_cli("--driver", "cpu", "--sysfs-root", root, "--node-name", "node-1",
                                  "--output", "json", "--kubernetes-version", version)  # fmt: skip
         assert code in (0, 3), err
-        slices = json.loads(out)
+        slices = json.loads(out)["items"]
         assert slices and all(s["kind"] == "ResourceSlice" for s in slices)
         assert_valid(slices, f"{version}.0")
         for line in err.splitlines():  # every omission names the device and the rule
@@ -76,7 +79,7 @@ def test_invalid_standard_attributes_are_reported_not_published(
     )
     assert code == 3
     assert "attribute-standard-format" in err and "resource.kubernetes.io/pciBusID" in err
-    published = [d for s in json.loads(out) for d in s["spec"].get("devices", [])]
+    published = [d for s in json.loads(out)["items"] for d in s["spec"].get("devices", [])]
     assert all(
         "resource.kubernetes.io/pciBusID" not in d.get("attributes", {})
         or re.fullmatch(r"[0-9a-f]{4}:.*", d["attributes"]["resource.kubernetes.io/pciBusID"]["string"])
@@ -89,18 +92,21 @@ def test_yaml_and_json_print_the_same_slices(fixture_trees: FixtureTrees, sample
     _, as_json, _ = run_cli("--driver", "all", "--sysfs-root", root, "--node-name", "n", "--output", "json")
     _, as_yaml, _ = run_cli("--driver", "all", "--sysfs-root", root, "--node-name", "n", "--output", "yaml")
     assert json.loads(as_json) == yaml.safe_load(as_yaml)
-    assert len({s["spec"]["driver"] for s in json.loads(as_json)}) == 1  # both kinds map to the sample
+    assert (
+        len({s["spec"]["driver"] for s in json.loads(as_json)["items"]}) == 1
+    )  # both kinds map to the sample
 
 
 def test_node_uid_and_driver_flags(fixture_trees: FixtureTrees, sample_registry: None) -> None:
     root = str(fixture_trees.root(fixture_names()[0]))
     code, out, _ = run_cli("--driver", "cpu", "--sysfs-root", root, "--node-name", "worker-7",
                            "--node-uid", "1234", "--sample-limit", "0", "--output", "json")  # fmt: skip
-    (only,) = json.loads(out)
+    (only,) = json.loads(out)["items"]
     assert code == 0
     assert only["spec"]["devices"] == [] and only["spec"]["nodeName"] == "worker-7"
     assert only["metadata"]["ownerReferences"][0]["uid"] == "1234"
-    assert only["metadata"]["generateName"] == "00000-sample.topodra.io-worker-7-"
+    assert only["metadata"]["name"] == "00000-sample.topodra.io-worker-7"
+    assert "generateName" not in only["metadata"]  # kubectl apply refuses generateName
 
 
 def test_bad_input_is_a_clear_error(tmp_path: Any, sample_registry: None) -> None:
@@ -132,4 +138,4 @@ def test_real_drivers_on_every_tree(name: str, fixture_trees: FixtureTrees) -> N
             code, out, err = run_cli("--driver", kind, "--sysfs-root", root, "--node-name", "node-1",
                                      "--output", "json", "--kubernetes-version", version)  # fmt: skip
             assert code in (0, 3), f"{kind}: {err}"
-            assert_valid(json.loads(out), f"{version}.0")
+            assert_valid(json.loads(out)["items"], f"{version}.0")

@@ -25,13 +25,13 @@ def test_show_prints_the_shipped_json(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_build_by_name_then_refuse_then_force(synth_base: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = synth_base / "cli-1s"
-    assert main(["synth", "--spec", "1s-4acc", "--output", str(out)]) == 0
+    assert main(["synth", "--spec", "1s-4acc", "--dest", str(out), "-o", "json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["accelerators"] == 4 and summary["packages"] == 1 and summary["uplink"] == "eno1"
     assert (out / "sys/bus/pci/devices").is_dir() and (out / MANIFEST).is_file()
-    assert main(["synth", "--spec", "1s-4acc", "--output", str(out)]) == 2
+    assert main(["synth", "--spec", "1s-4acc", "--dest", str(out)]) == 2
     assert "use --force" in capsys.readouterr().err
-    assert main(["synth", "--spec", "1s-4acc", "--output", str(out), "--force", "--hostname", "ws-2"]) == 0
+    assert main(["synth", "--spec", "1s-4acc", "--dest", str(out), "--force", "--hostname", "ws-2"]) == 0
     assert (out / "proc/sys/kernel/hostname").read_text() == "ws-2\n"
 
 
@@ -39,7 +39,7 @@ def test_build_from_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     spec = tmp_path / "lab.json"
     spec.write_text(json.dumps({"cpu": {"cores_per_socket": 2, "threads_per_core": 2}}))
     out = tmp_path / "tree"
-    assert main(["synth", "--spec", str(spec), "--output", str(out)]) == 0
+    assert main(["synth", "--spec", str(spec), "--dest", str(out), "--output", "json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["name"] == "lab" and summary["cpus"] == 4
     assert (out / "sys/devices/system/cpu/online").read_text() == "0-3\n"
@@ -49,8 +49,8 @@ def test_build_from_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     ("argv", "message"),
     [
         (["synth"], "--spec FILE|NAME is required"),
-        (["synth", "--spec", "1s-4acc"], "--output DIR is required"),
-        (["synth", "--spec", "nope", "--output", "x"], "no shipped spec named 'nope'"),
+        (["synth", "--spec", "1s-4acc"], "--dest DIR is required"),
+        (["synth", "--spec", "nope", "--dest", "x"], "no shipped spec named 'nope'"),
     ],
 )
 def test_usage_errors_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,7 +67,7 @@ def test_bad_spec_on_stdin_is_one_clear_line(tmp_path: Path) -> None:
             "synth",
             "--spec",
             "-",
-            "--output",
+            "--dest",
             str(tmp_path / "t"),
         ],
         input='{"cpu": {"sockets": 0}}',

@@ -313,7 +313,7 @@ def test_same_spec_same_bytes(synth_base: Path) -> None:
                 "synth",
                 "--spec",
                 "-",
-                "--output",
+                "--dest",
                 str(synth_base / out),
             ],
             input=json.dumps(EDGE),

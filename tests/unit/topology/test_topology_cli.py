@@ -71,7 +71,7 @@ def test_live_capture_round_trip(capsys: pytest.CaptureFixture[str], tmp_path: P
     for i in range(3):
         archive = tmp_path / f"machine{i}.tar.xz"
         before = inspect_json(capsys, "/")
-        assert main(["capture", "--output", str(archive)]) == 0
+        assert main(["capture", "--file", str(archive)]) == 0
         capsys.readouterr()
         after = inspect_json(capsys, "/")
         with tarfile.open(archive) as tar:
@@ -91,7 +91,7 @@ def test_capture_holds_only_what_discovery_reads(tmp_path: Path) -> None:
     tree.file("sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", "performance")
     tree.file("sys/kernel/mm/transparent_hugepage/enabled", "[always] madvise never")
     archive = tmp_path / "m.tar.xz"
-    assert main(["capture", "--sysfs-root", str(tmp_path / "m"), "--output", str(archive)]) == 0
+    assert main(["capture", "--sysfs-root", str(tmp_path / "m"), "--file", str(archive)]) == 0
     with tarfile.open(archive) as tar:
         names = set(tar.getnames())
     assert "sys/devices/system/cpu/cpu0/topology/core_cpus" in names
@@ -104,7 +104,7 @@ def test_not_a_sysfs_tree_is_one_message_and_status_2(
 ) -> None:
     args = [command, "--sysfs-root", str(tmp_path)]
     if command == "capture":
-        args += ["--output", str(tmp_path / "x.tar.xz")]
+        args += ["--file", str(tmp_path / "x.tar.xz")]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a sysfs tree" in err and str(tmp_path) in err
@@ -143,7 +143,7 @@ def test_inspect_lists_no_bmc_display_adapter_as_an_accelerator(
     """1s-4acc has an ASPEED BMC VGA (class 0x0300, card node only) besides four GPUs: inspect and
     the accelerator driver must agree that it is a screen, not an accelerator."""
     root = tmp_path / "m"
-    assert main(["synth", "--spec", "1s-4acc", "--output", str(root)]) == 0
+    assert main(["synth", "--spec", "1s-4acc", "--dest", str(root)]) == 0
     capsys.readouterr()
     assert main(["inspect", "--sysfs-root", str(root)]) == 0
     out = capsys.readouterr().out
