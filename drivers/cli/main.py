@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, str] = {
     "slices": "slices",
     "synth": "synth",
     "install-hooks": "install_hooks",
+    "check": "check",
 }
 
 EXAMPLES = (
