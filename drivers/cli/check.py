@@ -15,7 +15,6 @@ slices change, and publishes a metric and an Event on the Node when they disagre
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import sys
@@ -23,20 +22,44 @@ from typing import Any
 
 from topodra.drivers.cli.inspect import add_root_argument, root_problem
 
+EXIT_WRONG = 1
 EXIT_CANNOT = 2
 OUTPUTS = ("text", "wide", "json", "yaml")
 
+EXAMPLES = (
+    ("topodra check", "on a node (or in the DaemonSet pod): this node's slices of every driver vs its /sys"),
+    ("topodra check --node worker-3 --kubeconfig ~/.kube/config -o wide", "from a laptop, every device"),
+    (
+        "kubectl get resourceslices -o yaml > s.yaml; topodra check --slices s.yaml --sysfs-root /tmp/m",
+        "offline, a driver author's CI: slices and a machine capture (or topodra synth)",
+    ),
+    ("topodra check --watch --metrics-address :9403", "the DaemonSet's agent: metric and Node Event"),
+)
+
 
 def register(subparsers: Any) -> None:
+    from topodra.drivers import flags
+    from topodra.drivers.cli.formats import add_output_argument
+    from topodra.drivers.cli.usage import epilog
+
     p: argparse.ArgumentParser = subparsers.add_parser(
         "check",
         help="check every driver's topology attributes on this node against the machine",
-        description=__doc__.splitlines()[0],
+        description=(__doc__ or "").split("\n\n")[0],
+        epilog=epilog(
+            EXAMPLES,
+            {
+                0: "every published value agrees with the machine (missing attributes are warnings)",
+                EXIT_WRONG: "a published value is wrong or malformed (the report names each)",
+                EXIT_CANNOT: "a flag or the input is wrong, or the slices could not be read (one line says)",
+            },
+        ),
     )
     p.add_argument(
         "--node",
         "--node-name",
         dest="node",
+        type=flags.node_name,
         default=None,
         metavar="NODE",
         help="the node to check (default: $NODE_NAME, else the host name; with --slices: the only "
@@ -51,26 +74,38 @@ def register(subparsers: Any) -> None:
     )
     add_root_argument(p)
     p.add_argument(
-        "--kubeconfig", default=None, help="default: $KUBECONFIG, else the in-cluster service account"
+        "--kubeconfig",
+        type=flags.readable_file,
+        default=None,
+        metavar="FILE",
+        help="default: $KUBECONFIG, else the in-cluster service account",
     )
-    p.add_argument(
-        "-o", "--output", choices=OUTPUTS, default="text", help="text (default), wide, json or yaml"
-    )
+    add_output_argument(p, OUTPUTS, "text", what="the report")
     p.add_argument(
         "--watch", action="store_true", help="keep checking; metric and Node Event on disagreement"
     )
     p.add_argument(
-        "--interval", type=float, default=300.0, metavar="SECONDS", help="--watch: re-read sysfs this often"
+        "--interval",
+        type=flags.seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="--watch: re-read sysfs this often (default 300, at least 5)",
     )
-    p.add_argument("--metrics-address", default="", help="--watch: host:port for /metrics (e.g. :9403)")
+    p.add_argument(
+        "--metrics-address",
+        type=flags.host_port,
+        default="",
+        help="--watch: host:port for /metrics (e.g. :9403)",
+    )
     p.add_argument("--no-events", action="store_true", help="--watch: do not write Events")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(run=run)
 
 
 def _fail(message: str) -> int:
-    print(f"topodra check: {message}", file=sys.stderr)
-    return EXIT_CANNOT
+    from topodra.drivers.cli.usage import fail
+
+    return fail("check", message)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,29 +151,38 @@ def _read_file(path: str) -> list[dict[str, Any]]:
     else:
         if os.path.isdir(path):
             raise ValueError(f"--slices {path} is a folder; name a file")
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(MAX_BYTES + 1)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read(MAX_BYTES + 1)
+        except FileNotFoundError:
+            raise ValueError(f"--slices {path}: no such file") from None
+        except OSError as err:
+            raise ValueError(f"--slices {path}: cannot read it: {err.strerror or err}") from None
         source = path
     return of_kind(load_objects(text, source), "ResourceSlice")
 
 
+def _api_client(kubeconfig: str | None) -> Any:
+    """The official client from --kubeconfig, $KUBECONFIG or the in-cluster account; ValueError
+    with one sentence when none works."""
+    from topodra.drivers.cli.serve import _api_client as client_for
+
+    return client_for(kubeconfig or os.environ.get("KUBECONFIG") or None)
+
+
 def _read_api(kubeconfig: str | None, node: str) -> list[dict[str, Any]]:
-    from topodra.common import kube
     from topodra.common.check.watch import list_node_slices
 
-    client = kube.new_api_client(kubeconfig or os.environ.get("KUBECONFIG") or None)
-    return list_node_slices(client, node)
+    return list_node_slices(_api_client(kubeconfig), node)
 
 
 def _print(report: Any, output: str) -> None:
     from topodra.common.check import to_json
 
-    if output == "json":
-        sys.stdout.write(json.dumps(to_json(report), indent=2) + "\n")
-    elif output == "yaml":
-        import yaml
+    if output in ("json", "yaml"):
+        from topodra.drivers.cli.formats import dump
 
-        sys.stdout.write(yaml.safe_dump(to_json(report), sort_keys=False, default_flow_style=False))
+        sys.stdout.write(dump(to_json(report), output))
     else:
         from topodra.drivers.cli.check_text import render
 
@@ -146,7 +190,7 @@ def _print(report: Any, output: str) -> None:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from topodra.common import kube, logs
+    from topodra.common import logs
     from topodra.common.check.watch import Watcher
 
     logs.setup(args.log_level.upper())
@@ -154,9 +198,9 @@ def _watch(args: argparse.Namespace) -> int:
     if not node:
         return _fail("--watch needs the node: pass --node or set NODE_NAME")
     try:
-        client = kube.new_api_client(args.kubeconfig or os.environ.get("KUBECONFIG") or None)
-    except Exception as err:
-        return _fail(f"API client: {err}")
+        client = _api_client(args.kubeconfig)
+    except ValueError as err:
+        return _fail(str(err))
     watcher = Watcher(
         client,
         node,

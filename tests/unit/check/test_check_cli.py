@@ -82,7 +82,7 @@ def test_stdin_and_yaml_output(root: Path, all_slices: list[dict[str, Any]]) -> 
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["--slices", "/no/such/file"], "No such file"),
+        (["--slices", "/no/such/file"], "no such file"),
         (["--sysfs-root", "/no/such/dir", "--slices", "x"], "no such folder"),
         (["--interval", "1", "--slices", "x"], "at least 5 seconds"),
         (["--watch", "--slices", "x"], "cannot be combined"),
@@ -94,6 +94,28 @@ def test_cannot_check_is_exit_2_with_one_line(
     assert main(["check", *argv]) == 2
     err = capsys.readouterr().err
     assert says in err and err.startswith("topodra check: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (
+            ["--kubeconfig", "/no/such/kubeconfig"],
+            "argument --kubeconfig: '/no/such/kubeconfig': no such file",
+        ),
+        (["-o", "html"], "argument -o/--output: 'html' is not one of text, wide, json, yaml"),
+        (["--node", "Not_A_Node"], "argument --node/--node-name: 'Not_A_Node' is not a valid node name"),
+        (["--metrics-address", "nine"], "argument --metrics-address: 'nine' is not host:port"),
+    ],
+)
+def test_bad_flag_values_stop_at_start(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["check", *argv])
+    assert stopped.value.code == 2
+    first, hint = capsys.readouterr().err.splitlines()
+    assert first.startswith(f"topodra check: {says}") and "--help" in hint
 
 
 def test_a_file_of_several_nodes_needs_node(
