@@ -68,6 +68,17 @@ class ClaimFailure(Exception):
     """A per-claim failure before any side effect; its text is the kubelet's error string."""
 
 
+MAX_ERROR_CHARS = 1000  # a claim's error goes to the kubelet, pod events and our logs
+
+
+def bounded(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """`text`, cut to `limit` characters with a note of how long it was: an error may quote what a
+    tenant sent (a value, a list of unknown fields), and that must not cost kilobytes per retry."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 40]}... ({len(text)} characters in all)"
+
+
 def _label(claim: ClaimRef) -> str:
     return f"claim {claim.namespace}/{claim.name} (uid {claim.uid})"
 
@@ -422,7 +433,7 @@ class ClaimManager:
         try:
             if obj is None:
                 obj = self._source.get(claim.namespace, claim.name)
-            if isinstance(obj, Exception):
+            if isinstance(obj, BaseException):
                 raise obj
         except ClaimNotFound as e:
             raise ClaimFailure(f"{_label(claim)}: not found in the API server") from e
@@ -465,8 +476,9 @@ class ClaimManager:
                     dirty = True
                 checked = self._check(claim, self._get(claim, fetched), here)
             except ClaimFailure as e:
-                self._log.warning(f"prepare refused: {e}", **logs.claim(claim), error=str(e))
-                out[claim.uid] = ClaimOutcome(error=str(e))
+                text = bounded(str(e))
+                self._log.warning(f"prepare refused: {text}", **logs.claim(claim), error=text)
+                out[claim.uid] = ClaimOutcome(error=text)
                 continue
             # reserve now, so later claims of this batch see the devices as held
             self._records[claim.uid] = ClaimRecord(
@@ -672,7 +684,7 @@ class ClaimManager:
                 self.driver.unprepare(rec.claim, rec.known_preparation())
                 self._cdi.remove(uid)
             except Exception as e:
-                message = f"{_label(rec.claim)}: unprepare failed, devices stay reserved: {e}"
+                message = bounded(f"{_label(rec.claim)}: unprepare failed, devices stay reserved: {e}")
                 self._log.error(message, **logs.claim(rec.claim), error=str(e))
                 out[uid] = message
                 continue
@@ -881,6 +893,10 @@ def _parse_configs(
 
 
 def _driver_message(claim: ClaimRef, e: BaseException) -> str:
+    return bounded(_driver_text(claim, e))
+
+
+def _driver_text(claim: ClaimRef, e: BaseException) -> str:
     if isinstance(e, PrepareError):
         text = str(e)
         # drivers' ConfigErrors already name the claim; do not say it twice

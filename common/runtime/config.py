@@ -14,9 +14,15 @@ from typing import Any
 
 from topodra.common.runtime.driver import ClaimRef, OpaqueConfig, PrepareError
 
+UNKNOWN_NAMED = 5  # unknown fields an error names; the rest are counted
+
 
 class ConfigError(PrepareError):  # type: ignore[misc, unused-ignore]  # Any when mypy cannot follow the editable install
     """A malformed opaque config; a per-claim prepare error."""
+
+
+def _short(name: str, limit: int = 40) -> str:
+    return name if len(name) <= limit else name[:limit] + "..."
 
 
 def describe_claim(claim: ClaimRef) -> str:
@@ -140,8 +146,11 @@ class Params:
     def finish(self) -> None:
         unknown = sorted(set(self._data) - self._seen)
         if unknown:
+            also = [_short(k) for k in unknown[1:UNKNOWN_NAMED]]
+            if len(unknown) > UNKNOWN_NAMED:
+                also.append(f"{len(unknown) - UNKNOWN_NAMED} more")
             raise self._error(
-                unknown[0], "unknown field" + (f" (also: {', '.join(unknown[1:])})" if unknown[1:] else "")
+                _short(unknown[0]), "unknown field" + (f" (also: {', '.join(also)})" if also else "")
             )
 
 

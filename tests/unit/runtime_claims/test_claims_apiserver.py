@@ -3,12 +3,15 @@ allocated through the status subresource, and the manager GETs them with the off
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
+import ssl
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from kubernetes import client
@@ -183,3 +186,45 @@ def test_reconcile_with_the_api_server(
     report = manager.reconcile()
     assert report.unprepared == [gone.uid]
     assert set(manager.prepared()) == {kept.uid}
+
+
+def raw_call(api: Any, method: str, path: str, body: bytes) -> Any:
+    """One call with a body sent byte for byte: the official client would re-encode it with
+    json.dumps, which refuses the nesting this test needs."""
+    cfg = api.configuration
+    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+    ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    url = urlsplit(cfg.host)
+    conn = http.client.HTTPSConnection(url.hostname, url.port, context=ctx, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+    finally:
+        conn.close()
+    assert 200 <= resp.status < 300, data[:500]
+    return data
+
+
+def test_a_config_nested_deeper_than_json_loads_follows_fails_only_its_claim(
+    kube: tuple[Any, str], store: KubeClaimStore, manager: ClaimManager
+) -> None:
+    """The API server takes opaque parameters nested 4,000 deep (10 KiB); Python's json.loads
+    stops near 1,000 with RecursionError. That is the bad claim's error, not the kubelet call's."""
+    api, ns = kube
+    good = store.put(claim_object(ns, name(), "x", [Result("r", "dev-0")]))
+    deep_name = name()
+    spec = claim_object(ns, deep_name, "x", [Result("r", "dev-1")], [driver_config(x="@DEEP@")])
+    path = f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
+    body = {"apiVersion": spec["apiVersion"], "kind": spec["kind"], "metadata": {"name": deep_name}}
+    created = json.loads(raw_call(api, "POST", path, json.dumps(body | {"spec": spec["spec"]}).encode()))
+    created["status"] = spec["status"]
+    deep = "[" * 4000 + "]" * 4000
+    text = json.dumps(created).replace('"@DEEP@"', deep)
+    raw_call(api, "PUT", f"{path}/{deep_name}/status", text.encode())
+    bad = ClaimRef(ns, deep_name, created["metadata"]["uid"])
+
+    out = manager.prepare([good, bad])
+    assert not out[good.uid].error
+    assert f"{ns}/{deep_name}" in out[bad.uid].error and "nested too deeply" in out[bad.uid].error
+    assert set(manager.prepared()) == {good.uid}

@@ -207,3 +207,26 @@ def test_crafted_claim_reference_is_refused_before_any_io(
     assert message in out.error
     assert claim_store.gets == gets
     assert tree_digest(dirs["state"], dirs["cdi"], dirs["hw"], dirs["state"].parent) == before
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({f"k{i:05d}": 0 for i in range(10_000)}, "field 'k00000': unknown field (also: k00001, "),
+        ({"env": ["x" * 100_000]}, "field 'env[0]': must match"),
+    ],
+)
+def test_an_error_quoting_what_a_tenant_sent_stays_short(
+    params: dict[str, Any],
+    expected: str,
+    make_manager: ManagerFactory,
+    claim_store: MemoryClaimStore,
+) -> None:
+    """10,000 unknown keys made a 100 KB error (sent to the kubelet, put into events and logs on
+    every retry); a long value quoted in an error did the same."""
+    ref = claim_store.put(
+        claim_object("ns1", "big", new_uid(), [Result("r", "dev-1")], [driver_config(**params)])
+    )
+    error = make_manager().prepare([ref])[ref.uid].error
+    assert error.startswith("claim ns1/big: config FromClaim #0, ") and expected in error
+    assert len(error) <= 1000
