@@ -13,6 +13,7 @@ request (`requests: [..]`, empty = all of this driver's requests).
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,12 @@ API_VERSIONS = ("nic.topodra.io/v1alpha1",)
 KIND = "NicConfig"
 IFNAMSIZ = 16  # kernel limit including the terminating NUL
 MAX_IPS = 16  # NetworkDeviceData.ips limit
+# An address with its prefix length, in the characters an address has and nothing else: the
+# value ends up as an argument of a root shell on the host (the netdev hook). `ipaddress` alone
+# accepts IPv6 scope ids of any characters ("fe80::1%* 10.9.9.9/24"). 64 characters hold the
+# longest spelling (an IPv4-mapped IPv6 address with zeros written out) and a prefix.
+_ADDRESS = re.compile(r"[0-9A-Fa-f.:]{2,60}/[0-9]{1,3}")
+_QUOTE = 64  # characters of a bad value quoted back in an error
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,18 +78,28 @@ def _ips(p: Params) -> tuple[str, ...] | None:
     for i, text in enumerate(values):
         if "/" not in text:
             raise p.error(
-                f"ips[{i}]", f"must be an address with prefix length like 192.0.2.5/24, got {text!r}"
+                f"ips[{i}]", f"must be an address with prefix length like 192.0.2.5/24, got {_quote(text)}"
+            )
+        if not _ADDRESS.fullmatch(text):
+            raise p.error(
+                f"ips[{i}]",
+                "must be an IPv4 or IPv6 address with prefix length, only hex digits, '.', ':' and "
+                f"one '/' (no scope id), got {_quote(text)}",
             )
         try:
             iface = ipaddress.ip_interface(text)
         except ValueError:
-            raise p.error(f"ips[{i}]", f"is not an IP address with prefix length: {text!r}") from None
+            raise p.error(f"ips[{i}]", f"is not an IP address with prefix length: {_quote(text)}") from None
         canonical = str(iface)
         if canonical in seen:
             raise p.error(f"ips[{i}]", f"{text!r} is listed twice")
         seen.add(canonical)
         out.append(canonical)
     return tuple(out)
+
+
+def _quote(text: str) -> str:
+    return repr(text) if len(text) <= _QUOTE else f"{text[:_QUOTE]!r}... ({len(text)} characters)"
 
 
 def parse_one(

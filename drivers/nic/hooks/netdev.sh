@@ -16,11 +16,18 @@
 # pin: only the pin (the runtime moves the interface itself, CDI netDevices).
 #
 # On any failure the interface stays where it was (normally the host) and the hook exits
-# non-zero, which fails the container's creation with the message below.
+# non-zero, which fails the container's creation with the message below. Every argument is
+# checked before the first side effect: the driver validated them already, but the CDI spec
+# is a file on the host, and this runs as root.
+#
+# Log: DIR/hook.log, moved to DIR/hook.log.1 once it passes LOG_MAX bytes (two files at most).
 
 set -u
+set -f # no argument is ever a glob
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
+LOG_MAX=${TOPODRA_HOOK_LOG_MAX:-1048576}
+MAX_IPS=16
 
 action=${1:-}
 [ $# -gt 0 ] && shift
@@ -30,8 +37,14 @@ log() {
     printf '%s topodra-nic-hook[%s] %s pin=%s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$$" \
         "$action" "$pin" "$*" >&2
     if [ -n "$state_dir" ] && [ -d "$state_dir" ]; then
+        logf=$state_dir/hook.log
+        size=$(stat -c %s "$logf" 2>/dev/null) || size=0
+        case "$size" in '' | *[!0-9]*) size=0 ;; esac
+        if [ "$size" -ge "$LOG_MAX" ]; then
+            mv -f "$logf" "$logf.1" 2>/dev/null
+        fi
         printf '%s [%s] %s pin=%s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$$" "$action" "$pin" "$*" \
-            >>"$state_dir/hook.log" 2>/dev/null
+            >>"$logf" 2>/dev/null
     fi
 }
 die() {
@@ -39,6 +52,27 @@ die() {
     exit 1
 }
 
+# An interface name the kernel takes as it is: 1-15 printable ASCII characters, none of
+# '/', ':', '%' or whitespace, not '.' or '..' (the NIC config's rules).
+check_ifname() { # what, value
+    case "$2" in
+    '' | . | .. | *[/:%]* | *[![:graph:]]*) die "$1 must be an interface name, got '$2'" ;;
+    esac
+    [ "${#2}" -le 15 ] || die "$1 must be at most 15 characters, got '$2'"
+}
+
+# An address with its prefix length in the characters of one, nothing else (no scope id).
+check_ip() {
+    case "$1" in
+    */*/* | /* | */ | *[!0-9A-Fa-f.:/]*) die "--ip must be an address with prefix length, got '$1'" ;;
+    */*) ;;
+    *) die "--ip must be an address with prefix length, got '$1'" ;;
+    esac
+    case "${1#*/}" in *[!0-9]*) die "--ip prefix length must be a number, got '$1'" ;; esac
+    [ "${#1}" -le 64 ] || die "--ip is longer than any address, got '$1'"
+}
+
+nips=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --up) up=1; shift; continue ;;
@@ -51,7 +85,12 @@ while [ $# -gt 0 ]; do
     --name) name=$2 ;;
     --mac) mac=$(printf '%s' "$2" | tr 'A-F' 'a-f') ;;
     --pci) pci=$2 ;;
-    --ip) ips="$ips $2" ;;
+    --ip)
+        check_ip "$2"
+        nips=$((nips + 1))
+        [ "$nips" -le "$MAX_IPS" ] || die "more than $MAX_IPS --ip arguments"
+        ips="$ips $2"
+        ;;
     *) die "unknown argument $1" ;;
     esac
     shift 2
@@ -59,8 +98,19 @@ done
 
 case "$action" in attach | pin) ;; *) die "usage: netdev.sh attach|pin --state-dir DIR --pin ID ..." ;; esac
 [ -n "$state_dir" ] || die "--state-dir is required"
-case "$pin" in '' | */* | . | ..) die "--pin must be a plain file name, got '$pin'" ;; esac
+case "$state_dir" in /*) ;; *) die "--state-dir must be an absolute path, got '$state_dir'" ;; esac
+case "$pin" in '' | . | .. | *[!A-Za-z0-9_.-]*) die "--pin must be a plain file name, got '$pin'" ;; esac
 case "$mac" in 00:00:00:00:00:00 | '') mac='' ;; esac
+case "$mac" in
+'') ;;
+[0-9a-f][0-9a-f]:*) case "$mac" in *[!0-9a-f:]*) die "--mac must be a MAC address, got '$mac'" ;; esac ;;
+*) die "--mac must be a MAC address, got '$mac'" ;;
+esac
+case "$pci" in *[!0-9a-f:.]*) die "--pci must be a PCI address, got '$pci'" ;; esac
+if [ "$action" = attach ]; then
+    check_ifname --host-name "$host"
+    check_ifname --name "$name"
+fi
 
 # The container's pid: the first top-level "pid": <digits> of the state (annotation values are
 # JSON strings, so a quoted "pid" inside them cannot look like this after splitting on commas).
@@ -117,16 +167,31 @@ do_pin() {
 in_target() { nsenter -t "$pid" -n "$@"; }
 in_pin() { nsenter --net="$pin_file" "$@"; }
 
+# Set the link up and add the addresses; on failure give the interface back to the host as $1
+# when this run moved it (empty: it was inside already, and stays there).
 configure() {
+    back=$1
     if [ "$up" = 1 ] || [ -n "$ips" ]; then
-        in_target ip link set dev "$name" up || die "cannot set $name up in the container"
+        in_target ip link set dev "$name" up || fail_inside "$back" "cannot set $name up in the container"
     fi
     for a in $ips; do
         out=$(in_target ip addr add "$a" dev "$name" 2>&1) || case "$out" in
             *"File exists"* | *"already assigned"*) ;;
-            *) die "cannot add address $a to $name in the container: $out" ;;
+            *) fail_inside "$back" "cannot add address $a to $name in the container: $out" ;;
             esac
     done
+}
+
+fail_inside() { # host name to give the interface back under (or empty), message
+    if [ -n "$1" ]; then
+        in_target ip link set dev "$name" down 2>/dev/null
+        if out=$(in_target ip link set dev "$name" netns "$$" name "$1" 2>&1); then
+            log "gave $name back to the host as $1"
+        else
+            log "cannot give $name back to the host as $1: $out"
+        fi
+    fi
+    die "$2"
 }
 
 # --- pin only (CDI netDevices mode) -----------------------------------------------------------
@@ -151,7 +216,7 @@ fi
 if [ -n "$inside" ]; then
     [ "$inside" = "$name" ] || die "interface with MAC $mac is in the container as '$inside', not '$name'"
     do_pin
-    configure
+    configure ''
     log "interface already in the container as $name"
     exit 0
 fi
@@ -183,7 +248,7 @@ if [ -z "$current" ] && is_pinned && ! same_netns; then
             || die "cannot move $old from the old pinned namespace into the container as $name"
         log "moved $old from the previous pinned namespace into the container as $name"
         do_pin
-        configure
+        configure "$host"
         exit 0
     fi
 fi
@@ -200,5 +265,5 @@ if ! out=$(ip link set dev "$current" netns "$pid" name "$name" 2>&1); then
     die "cannot move $current into the container as $name: $out"
 fi
 log "moved $current into the network namespace of pid $pid as $name"
-configure
+configure "$current"
 exit 0

@@ -63,9 +63,10 @@ class Links:
     namespaces: list[str]
     links: list[str]
     mounts: list[str]
+    prefix: str = "tdn"  # what every name starts with (another test module may use its own)
 
     def name(self, suffix: str) -> str:
-        n = f"tdn{self.tag}{suffix}"
+        n = f"{self.prefix}{self.tag}{suffix}"
         assert len(n) <= 15, n
         return n
 
@@ -92,22 +93,26 @@ class Links:
         # a link may have been renamed by the code under test: find ours by prefix
         out = _ip("-j", "link", "show", check=False)
         for e in json.loads(out.stdout or "[]"):
-            if str(e.get("ifname", "")).startswith(f"tdn{self.tag}"):
+            if str(e.get("ifname", "")).startswith(f"{self.prefix}{self.tag}"):
                 _ip("link", "del", e["ifname"], check=False)
         for ns in self.namespaces:
             _ip("netns", "del", ns, check=False)
 
 
-@pytest.fixture
-def links() -> Iterator[Links]:
+def make_links(prefix: str = "tdn") -> Iterator[Links]:
     reason = netns_unavailable()
     if reason:
         skip_or_fail(reason)
-    made = Links(uuid.uuid4().hex[:5], [], [], [])
+    made = Links(uuid.uuid4().hex[:5], [], [], [], prefix)
     try:
         yield made
     finally:
         made.cleanup()
+
+
+@pytest.fixture
+def links() -> Iterator[Links]:
+    yield from make_links()
 
 
 def host_link(name: str) -> dict[str, Any] | None:
