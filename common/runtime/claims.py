@@ -337,8 +337,7 @@ class ClaimManager:
     #
     # Calls are serialized, and every checkpoint write costs fsyncs. Calls that arrive while
     # another is being served queue up, and the next batch serves the whole queue with one
-    # checkpoint write per phase (group commit). Queued calls are concurrent, so serving them in
-    # any order is correct; unprepares go first so that freed devices can be reused.
+    # checkpoint write per phase (group commit), in the order `_stages` gives.
     #
     # One caller at a time is the leader: it serves batches until its own call is done, then
     # hands the lead to the oldest waiting call. Everybody else waits on its own call's event,
@@ -386,17 +385,17 @@ class ClaimManager:
 
     def _serve(self, batch: list[_Request]) -> None:
         try:
-            unprep = [r for r in batch if r.op == "unprepare"]
-            if unprep:
-                res = self._unprepare_many([c for r in unprep for c in r.claims])
-                for r in unprep:
-                    r.unprepared = {c.uid: res[c.uid] for c in r.claims}
-            prep = [r for r in batch if r.op == "prepare"]
-            if prep:
-                fetched = {uid: obj for r in prep for uid, obj in r.fetched.items()}
-                out = self._prepare_many([c for r in prep for c in r.claims], fetched)
-                for r in prep:
-                    r.prepared = {c.uid: out[c.uid] for c in r.claims}
+            for op, requests in _stages(batch):
+                claims = [c for r in requests for c in r.claims]
+                if op == "unprepare":
+                    res = self._unprepare_many(claims)
+                    for r in requests:
+                        r.unprepared = {c.uid: res[c.uid] for c in r.claims}
+                else:
+                    fetched = {uid: obj for r in requests for uid, obj in r.fetched.items()}
+                    out = self._prepare_many(claims, fetched)
+                    for r in requests:
+                        r.prepared = {c.uid: out[c.uid] for c in r.claims}
             self._metrics.prepared(self._count_completed())
         except Exception as e:  # a bug here must not leave callers hanging
             self._log.exception("claim batch failed")
@@ -821,6 +820,24 @@ class ClaimManager:
         if not any((a.pool, a.device) in ours for a in rec.allocated):
             return "no longer allocated to this node"
         return ""
+
+
+def _stages(batch: Sequence[_Request]) -> list[tuple[str, list[_Request]]]:
+    """The order in which a batch is served: runs of one operation, each served with one
+    checkpoint write. Calls that share a claim are served in the order they arrived (a prepare
+    and an unprepare of one claim that overlap must end as the later one says); calls that share
+    none are concurrent, and unprepares go first so that the devices they free can be reused."""
+    stages: list[tuple[str, list[_Request], set[str]]] = [("unprepare", [], set()), ("prepare", [], set())]
+    for req in batch:
+        uids = {c.uid for c in req.claims}
+        after = max((i for i, (_, _, seen) in enumerate(stages) if seen & uids), default=0)
+        at = next((i for i in range(after, len(stages)) if stages[i][0] == req.op), None)
+        if at is None:
+            stages.append((req.op, [], set()))
+            at = len(stages) - 1
+        stages[at][1].append(req)
+        stages[at][2].update(uids)
+    return [(op, requests) for op, requests, _ in stages if requests]
 
 
 # --- parsing helpers (pure) ---------------------------------------------------------------------

@@ -466,3 +466,49 @@ def test_metrics_and_structured_logs_name_the_claim(
     assert any(f.get("claim") == "ns1/c0" and f.get("device") == "dev-0" for f in fields)
     m.unprepare(refs)
     assert sample("topodra_prepared_claims") == 0
+
+
+def test_a_prepare_and_an_unprepare_of_one_claim_that_overlap_are_served_in_arrival_order(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver, dirs: dict[str, Path]
+) -> None:
+    """Both calls wait in one batch behind a call being served. The kubelet sent prepare, then
+    unprepare: the claim must end unprepared, as the unprepare's success says."""
+    blocker = claim_store.put(claim_object("ns1", "blocker", new_uid(), [Result("r", "dev-0")]))
+    ref = claim_store.put(claim_object("ns1", "c", new_uid(), [Result("r", "dev-1")]))
+    m = make_manager(driver)
+    gate, inside = threading.Event(), threading.Event()
+    real = driver.prepare
+
+    def held(claim: ClaimRef, *args: Any) -> Any:
+        if claim.uid == blocker.uid:
+            inside.set()
+            gate.wait(10)
+        return real(claim, *args)
+
+    setattr(driver, "prepare", held)  # noqa: B010 (an instance attribute over the method)
+    answers: dict[str, Any] = {}
+
+    def queued(count: int) -> None:
+        deadline = time.monotonic() + 10
+        while len(m._queue) < count:
+            assert time.monotonic() < deadline, "call never queued"
+            time.sleep(0.001)
+
+    first = threading.Thread(target=lambda: answers.update(blocker=m.prepare([blocker])))
+    first.start()
+    assert inside.wait(10)
+    calls = [
+        threading.Thread(target=lambda: answers.update(prepare=m.prepare([ref]))),
+        threading.Thread(target=lambda: answers.update(unprepare=m.unprepare([ref]))),
+    ]
+    for i, t in enumerate(calls, 1):
+        t.start()
+        queued(i)
+    gate.set()
+    for t in (first, *calls):
+        t.join(10)
+    assert not answers["prepare"][ref.uid].error
+    assert answers["unprepare"] == {ref.uid: ""}
+    assert set(m.prepared()) == {blocker.uid}
+    assert driver.holdings() == {"dev-0": blocker.uid}
+    assert [p.name for p in dirs["cdi"].iterdir()] == [f"{DRIVER}-claim_{blocker.uid}.json"]
