@@ -50,7 +50,7 @@ def _pci(p: PciFunction) -> dict[str, Any]:
         "numa_node": p.numa_node,
         "pcie_root": p.pcie_root,
         "root_bus": p.root_bus,
-        "bridges": list(p.bridges),
+        "bridges": None if p.bridges is None else list(p.bridges),
         "pcie_switch": p.pcie_switch,
         "local_cpus": list(p.local_cpus),
         "driver": p.driver,

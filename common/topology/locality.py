@@ -40,7 +40,8 @@ def locality(t: Topology, a: PciFunction, b: PciFunction) -> Locality:
     if a.address == b.address:
         return Locality.SELF
     # two functions of one device, or two devices under one switch, share every bridge but the last
-    if _common_prefix(a.bridges, b.bridges) >= 2 and a.root_bus == b.root_bus:
+    # (an unknown chain shares nothing)
+    if a.bridges and b.bridges and _common_prefix(a.bridges, b.bridges) >= 2 and a.root_bus == b.root_bus:
         return Locality.SW
     root_a = a.pcie_root or a.root_bus
     if root_a is not None and root_a == (b.pcie_root or b.root_bus):

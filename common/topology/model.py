@@ -168,7 +168,9 @@ class PciFunction:
     link: PcieLink | None
     pcie_root: str | None  # §6.2 rule: first component under devices/ (e.g. "pci0000:00")
     root_bus: str | None  # innermost pciDDDD:BB folder on the path (fixtures' `root`)
-    bridges: tuple[str, ...]  # PCI-to-PCI bridges above it, root-most first
+    # PCI-to-PCI bridges above it, root-most first; None when its place in the tree is unknown
+    # (its bus entry is a plain folder found nowhere under devices/): unknown is not "on a root port"
+    bridges: tuple[str, ...] | None
     pcie_switch: str | None  # second bridge when >= 3 bridges, else None
     sysfs_path: str  # resolved path relative to the root, e.g. "sys/devices/pci0000:00/0000:00:01.0"
     aer_fatal: tuple[tuple[str, int], ...] | None = None  # aer_dev_fatal counters

@@ -36,21 +36,26 @@ class Location:
     __slots__ = ("bridges", "path", "pcie_root", "root_bus")
 
     def __init__(
-        self, path: str, pcie_root: str | None, root_bus: str | None, bridges: tuple[str, ...]
+        self, path: str, pcie_root: str | None, root_bus: str | None, bridges: tuple[str, ...] | None
     ) -> None:
         self.path = path  # resolved, root-relative: "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"
         self.pcie_root = pcie_root
         self.root_bus = root_bus
-        self.bridges = bridges
+        self.bridges = bridges  # None: unknown
 
     @property
     def pcie_switch(self) -> str | None:
         """A switch's upstream port: the second bridge, when a third (its downstream port) follows."""
-        return self.bridges[1] if len(self.bridges) >= 3 else None
+        return self.bridges[1] if self.bridges is not None and len(self.bridges) >= 3 else None
 
 
 def locate(path: str) -> Location:
-    """Root complex and bridge chain of a function from its resolved sysfs path."""
+    """Root complex and bridge chain of a function from its resolved sysfs path.
+
+    A path with no `pciDDDD:BB` folder says nothing about the chain (a bus entry that is a plain
+    folder with no counterpart under devices/): bridges None, not an empty chain, which would
+    claim the function sits directly on a root complex.
+    """
     parts = path.split("/")
     pcie_root = None
     if len(parts) > 3 and parts[0] == "sys" and parts[1] == "devices" and ROOT.match(parts[2]):
@@ -60,7 +65,7 @@ def locate(path: str) -> Location:
         if ROOT.match(parts[i]):
             root_at = i
     if root_at < 0:
-        return Location(path, pcie_root, None, ())
+        return Location(path, pcie_root, None, None)
     bridges = tuple(p.lower() for p in parts[root_at + 1 : -1] if BDF.match(p))
     return Location(path, pcie_root, parts[root_at].lower(), bridges)
 
@@ -277,7 +282,7 @@ def read_functions(r: SysfsReader, usable: frozenset[int]) -> tuple[PciFunction,
             path = r.resolve_link(rel)
             if path is None:
                 r.warn(rel, "link points outside the tree")
-                out.append(_read_function(r, address, None, Location(rel, None, None, ()), usable))
+                out.append(_read_function(r, address, None, Location(rel, None, None, None), usable))
                 continue
             d = path
             if not r.is_dir(path):
@@ -285,7 +290,8 @@ def read_functions(r: SysfsReader, usable: frozenset[int]) -> tuple[PciFunction,
                 d = None
         else:
             # A plain folder (some captures copy instead of linking): its files are the device's,
-            # its place in the hierarchy is wherever a folder of that name sits under devices/.
+            # its place in the hierarchy is wherever a folder of that name sits under devices/,
+            # and unknown when there is none.
             d = rel
             path = finder.find(name) or rel
         out.append(_read_function(r, address, d, locate(path), usable))

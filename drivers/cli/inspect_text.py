@@ -137,8 +137,8 @@ def _pci_section(t: Topology, names: dict[str, str]) -> list[str]:
             numa = "?" if info.numa_node is None else str(info.numa_node)
             extra = f"  (NUMA {numa}, CPUs {compress(info.cpus) or '?'})"
         lines.append(f"  {root}{extra}")
-        for p in sorted(members, key=lambda p: (*p.bridges, p.address)):
-            depth = len(p.bridges)
+        for p in sorted(members, key=lambda p: (*(p.bridges or ()), p.address)):
+            depth = len(p.bridges or ())
             sw = "  [switch]" if p.address in switches else ""
             lines.append("    " + "  " * depth + _label(t, p, names) + sw)
     return lines

@@ -59,7 +59,7 @@ def expected_view(t: Topology) -> dict[str, Any]:
                 "numa": p.numa_node,
                 "local_cpus": list(p.local_cpus),
                 "root": p.root_bus,
-                "bridges": list(p.bridges),
+                "bridges": None if p.bridges is None else list(p.bridges),
             }
             for p in t.pci_devices
         ],

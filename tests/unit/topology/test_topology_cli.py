@@ -171,3 +171,30 @@ def test_inspect_imports_no_grpc_kubernetes_or_yaml(tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["cpus"][0]["id"] == 0
+
+
+def test_a_function_whose_place_is_unknown_has_no_chain_in_json_nor_locality_in_slices(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bus entry that is a plain folder found nowhere under devices/: root and bridges unknown."""
+    tree = switch_machine(tmp_path)
+    lost = "sys/bus/pci/devices/0000:07:00.0"
+    tree.file(f"{lost}/class", "0x030200").file(f"{lost}/vendor", "0x10de").file(f"{lost}/device", "0x20b0")
+    tree.file(f"{lost}/numa_node", "-1")
+    doc = inspect_json(capsys, str(tmp_path))
+    by_address = {p["address"]: p for p in doc["pci_devices"]}  # type: ignore[attr-defined]
+    assert by_address["0000:07:00.0"]["bridges"] is None  # unknown, not "directly on a root port"
+    assert by_address["0000:07:00.0"]["pcie_root"] is None
+    assert by_address["0000:07:00.0"]["pcie_switch"] is None
+    assert by_address["0000:03:00.0"]["bridges"] == ["0000:00:01.0", "0000:01:00.0", "0000:02:00.0"]
+    assert by_address["0000:00:01.0"]["bridges"] == []  # a root port: known, and empty
+
+    assert main(["slices", "--driver", "accelerator", "--sysfs-root", str(tmp_path), "-o", "json"]) == 0
+    devices = {
+        d["name"]: d.get("attributes", {})
+        for s in json.loads(capsys.readouterr().out)["items"]
+        for d in s["spec"]["devices"]
+    }
+    lost_attrs, placed = devices["pci-0000-07-00-0"], devices["pci-0000-03-00-0"]
+    assert "resource.kubernetes.io/pcieRoot" in placed and "topology.topodra.io/pcieSwitch" in placed
+    assert not [k for k in lost_attrs if k.endswith(("/pcieRoot", "/pcieSwitch"))], lost_attrs

@@ -137,7 +137,9 @@ def test_bus_entry_that_is_a_real_folder(tmp_path: Path) -> None:
     assert p.vendor == 0x15B3  # attributes from the folder the bus lists
     assert p.root_bus == "pci0000:00" and p.bridges == ("0000:00:1c.0",)
     q = fn(t, "0000:07:00.0")
-    assert q.vendor == 0x1AF4 and q.root_bus is None and q.pcie_root is None and q.bridges == ()
+    # its place is unknown: no root, and no chain either (an empty chain would say "on a root port")
+    assert q.vendor == 0x1AF4 and q.root_bus is None and q.pcie_root is None and q.bridges is None
+    assert q.pcie_switch is None
 
 
 def test_missing_config_and_local_cpus_beyond_existing_cpus(tmp_path: Path) -> None:
