@@ -14,6 +14,11 @@ used by both, rather than two copies that drift.
   every other device without affinity.
 - `topology.topodra.io/pcieSwitch`: the second bridge of the chain (a switch's upstream port).
 - `topology.topodra.io/socket`: the package index (packages ordered by lowest CPU).
+- `topology.topodra.io/kind`: which driver's kind of device this is (`cpu`, `accelerator`,
+  `nic`), the same for every device of a driver. Constraints compare attributes, never drivers:
+  a `matchAttribute` on this key fails exactly when two requests' devices come from different
+  drivers, which is how a claim ties the fallback levels of its accelerator and NIC requests
+  together (docs/design/prioritized-placement.md).
 
 Also the driver-domain attributes every PCI driver publishes the same way under its own domain
 (`<domain>/vendorId`, `sriovPhysicalFunction`, ...), and `put`, the rule for setting one.
@@ -33,6 +38,7 @@ PCIE_ROOT = f"{STD}/pcieRoot"
 NUMA_NODE = f"{STD}/numaNode"
 PCIE_SWITCH = f"{TOPO}/pcieSwitch"
 SOCKET = f"{TOPO}/socket"
+KIND = f"{TOPO}/kind"
 
 # What upstream's GetPCIBusIDAttribute accepts: lowercase, 4-hex domain, 2-hex bus and device,
 # 1-hex function.

@@ -110,6 +110,7 @@ def attributes(topo: Topology, fn: PciFunction, host: HostInfo) -> dict[str, Att
     attrs: dict[str, AttributeValue] = pciattrs.locality_attributes(topo, fn)
     attrs[f"{d}/pciAddress"] = fn.address
     attrs[f"{d}/type"] = selection.kind_of(fn)
+    attrs[pciattrs.KIND] = "accelerator"
     attrs.update(pciattrs.identity_attributes(fn, d))
     name = host.product_names.get(fn.address)
     if name:

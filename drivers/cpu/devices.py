@@ -34,6 +34,7 @@ CAPACITY = f"{DRIVER}/cpu"
 NUMA_NODE = "resource.kubernetes.io/numaNode"
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 SOCKET = "topology.topodra.io/socket"
+KIND = "topology.topodra.io/kind"  # "cpu" on every device (common/pciattrs.py says why)
 CPU_COUNT = f"{DRIVER}/cpuCount"
 CORE_COUNT = f"{DRIVER}/coreCount"
 SMT = f"{DRIVER}/smt"
@@ -257,7 +258,7 @@ def _numeric(labels: set[str]) -> list[str]:
 def _attributes(
     topo: Topology, g: CpuGroup, options: CpuOptions, l3: dict[int, str]
 ) -> dict[str, AttributeValue]:
-    attrs: dict[str, AttributeValue] = {}
+    attrs: dict[str, AttributeValue] = {KIND: "cpu"}
     lists = options.list_attributes
     if g.numa is not None and 0 <= g.numa <= MAX_NUMA_NODE:
         attrs[NUMA_NODE] = numa_list(topo, g.numa) if lists else g.numa

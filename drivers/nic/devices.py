@@ -25,6 +25,7 @@ from topodra.common.topology.model import NetInterface, PciFunction, RdmaDevice,
 DRIVER = "nic.topodra.io"
 STD = "resource.kubernetes.io"
 TOPO = "topology.topodra.io"
+KIND = "nic"  # topology.topodra.io/kind of every device (common/pciattrs.py)
 
 # Locality attributes (pciBusID only for addresses the upstream helper accepts, pcieRoot,
 # numaNode, pcieSwitch, socket) come from common/pciattrs.py, shared with the accelerator driver
@@ -177,6 +178,7 @@ def pci_nic(topo: Topology, fn: PciFunction, interfaces: Sequence[NetInterface])
     attrs.update(pciattrs.identity_attributes(fn, d))
     attrs[f"{d}/linkType"] = link_type(fn, primary)
     attrs[f"{d}/virtual"] = False
+    attrs[pciattrs.KIND] = KIND
     return Nic(
         device=Device(device_name_for_pci(fn.address), attrs),
         pci_address=fn.address,
@@ -209,6 +211,7 @@ def orphan_nic(address: str, interfaces: Sequence[NetInterface]) -> Nic:
         pciattrs.put(attrs, f"{d}/rdmaDevice", rdma[0])
     attrs[f"{d}/linkType"] = link_type(None, primary)
     attrs[f"{d}/virtual"] = False
+    attrs[pciattrs.KIND] = KIND
     return Nic(
         device=Device(device_name_for_pci(address), attrs),
         pci_address=address,
@@ -229,6 +232,7 @@ def virtual_nic(iface: NetInterface) -> Nic:
     attrs[f"{d}/rdma"] = False
     attrs[f"{d}/linkType"] = link_type(None, iface)
     attrs[f"{d}/virtual"] = True
+    attrs[pciattrs.KIND] = KIND
     return Nic(
         device=Device(device_name_for_interface(iface.name), attrs),
         pci_address=None,
