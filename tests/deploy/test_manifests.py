@@ -317,6 +317,9 @@ def synthetic_attributes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     return _published_attributes(root)
 
 
+BEST = ("best-locality-1", "best-locality-2", "best-locality-4", "best-locality-8")
+
+
 def test_examples_cover_the_issue() -> None:
     templates = {o["metadata"]["name"]: o for o in EXAMPLES if o["kind"] == "ResourceClaimTemplate"}
     constraints = {
@@ -325,6 +328,7 @@ def test_examples_cover_the_issue() -> None:
             for c in t["spec"]["spec"]["devices"].get("constraints", [])
         ]
         for name, t in templates.items()
+        if name not in BEST
     }
     assert constraints == {
         "numa-aligned": [("resource.kubernetes.io/numaNode", None)],
@@ -340,34 +344,69 @@ def test_examples_cover_the_issue() -> None:
     assert requests("baseline-count-only") == requests("numa-aligned")  # same asks, no constraint
 
 
+def test_best_locality_examples_are_what_the_study_measures() -> None:
+    """The fallback templates are the claims the placement study submits as scenario C
+    (hack/bench/fallback.py), so its figures describe what is shipped."""
+    from hack.bench.fallback import best_locality_spec
+
+    templates = {o["metadata"]["name"]: o for o in EXAMPLES if o["kind"] == "ResourceClaimTemplate"}
+    for name in BEST:
+        k = int(name.rsplit("-", 1)[1])
+        assert templates[name]["spec"]["spec"] == best_locality_spec(k), name
+
+
+def _request_classes(devices: Obj) -> dict[str, str]:
+    """request or request/subrequest name -> its device class (firstAvailable lists included)."""
+    out: dict[str, str] = {}
+    for req in devices["requests"]:
+        if "exactly" in req:
+            out[req["name"]] = req["exactly"]["deviceClassName"]
+        for sub in req.get("firstAvailable", []):
+            out[f"{req['name']}/{sub['name']}"] = sub["deviceClassName"]
+    return out
+
+
+def _subrequests(devices: Obj) -> list[Obj]:
+    return [r["exactly"] for r in devices["requests"] if "exactly" in r] + [
+        s for r in devices["requests"] for s in r.get("firstAvailable", [])
+    ]
+
+
 def test_examples_ask_for_what_the_drivers_publish(synthetic_attributes: dict[str, set[str]]) -> None:
     classes = {o["metadata"]["name"] for o in load([base_file("deviceclasses.yaml")])}
     templates = {o["metadata"]["name"]: o for o in EXAMPLES if o["kind"] == "ResourceClaimTemplate"}
     for name, tmpl in templates.items():
         devices = tmpl["spec"]["spec"]["devices"]
-        drivers = {}
-        for req in devices["requests"]:
-            exactly = req["exactly"]
-            assert exactly["deviceClassName"] in classes, name
-            drivers[req["name"]] = exactly["deviceClassName"]  # class name == driver name
-            for cap in exactly.get("capacity", {}).get("requests", {}):
+        drivers = _request_classes(devices)  # class name == driver name
+        assert set(drivers.values()) <= classes, name
+        for sub in _subrequests(devices):
+            for cap in sub.get("capacity", {}).get("requests", {}):
                 assert cap == cpu_devices.CAPACITY, (name, cap)
         for c in devices.get("constraints", []):
             attr = c.get("matchAttribute") or c.get("distinctAttribute")
-            for req in c["requests"] or list(drivers):
-                assert attr in synthetic_attributes[drivers[req]], f"{name}: {drivers[req]} lacks {attr}"
+            named = c["requests"] or [n for n in drivers if "/" not in n]
+            for req in named:
+                # a bare request name in a constraint covers all its subrequests
+                covered = [v for n, v in drivers.items() if n == req or n.startswith(f"{req}/")]
+                assert covered, f"{name}: constraint names unknown request {req}"
+                for driver in covered:
+                    assert attr in synthetic_attributes[driver], f"{name}: {driver} lacks {attr}"
 
 
 def test_example_pods_use_their_claims() -> None:
     templates = {o["metadata"]["name"] for o in EXAMPLES if o["kind"] == "ResourceClaimTemplate"}
     pods = [o for o in EXAMPLES if o["kind"] == "Pod"]
-    assert len(pods) == len(templates) == 5
+    assert len(pods) == 5 and len(templates) == 5 + len(BEST)
+    used: set[str] = set()
     for pod in pods:
         spec = pod["spec"]
         claims = {c["name"]: c["resourceClaimTemplateName"] for c in spec["resourceClaims"]}
         assert set(claims.values()) <= templates
+        used |= set(claims.values())
         for container in spec["containers"]:
             assert {c["name"] for c in container["resources"]["claims"]} <= set(claims)
+    # the fallback templates come without a Pod: the four together want 15 accelerators
+    assert templates - used == set(BEST)
 
 
 def test_examples_kustomization_lists_every_example() -> None:

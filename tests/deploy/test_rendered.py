@@ -219,6 +219,25 @@ def test_chart_switches(tools: Tools) -> None:
             assert c["image"] == "registry.example/topodra:1.2.3"
 
 
+def _templates(objs: list[Obj]) -> dict[str, Obj]:
+    return {o["metadata"]["name"]: o for o in objs if o["kind"] == "ResourceClaimTemplate"}
+
+
+def test_chart_claim_templates_equal_the_examples(tools: Tools) -> None:
+    """The chart's optional ResourceClaimTemplates are the examples' (kustomize build), field for
+    field, in the namespace asked for; off by default."""
+    assert _templates(tools.helm_template()) == {}
+    examples = _templates(tools.kustomize_build(DEPLOY / "examples"))
+    assert {"baseline-count-only", "numa-aligned", "best-locality-1", "best-locality-8"} <= set(examples)
+    for args, namespace in (
+        (["--set", "claimTemplates.enabled=true", "--namespace", "ml"], "ml"),
+        (["--set", "claimTemplates.enabled=true", "--set", "claimTemplates.namespace=team-a"], "team-a"),
+    ):
+        rendered = _templates(tools.helm_template(*args))
+        assert {o["metadata"].pop("namespace") for o in rendered.values()} == {namespace}
+        assert rendered == examples, diff(examples, rendered)
+
+
 # ----- schemas -----------------------------------------------------------------------------------
 
 
@@ -227,6 +246,7 @@ def everything(tools: Tools, tmp: Path) -> dict[str, list[Obj]]:
         f"kustomize {o}": tools.kustomize_build(DEPLOY / "overlays" / o) for o in OVERLAYS
     }
     out["helm defaults"] = tools.helm_template()
+    out["helm claim templates"] = tools.helm_template("--set", "claimTemplates.enabled=true")
     values = tmp / "values.yaml"
     values.write_text(yaml.safe_dump(NON_DEFAULT_VALUES))
     out["helm non-default values"] = tools.helm_template("-f", str(values))
