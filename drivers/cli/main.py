@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, str] = {
     "synth": "synth",
     "install-hooks": "install_hooks",
     "check": "check",
+    "explain": "explain",
 }
 
 EXAMPLES = (

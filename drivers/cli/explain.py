@@ -1,0 +1,259 @@
+"""`topodra explain`: why a claim fits a node or not, and which locality each pair got.
+
+Takes a claim (`--claim NS/NAME` from the API server, or `--claim-file FILE`: a ResourceClaim,
+a ResourceClaimTemplate or a bare claim spec) and a node's ResourceSlices (the API server, or
+`--slices FILE` as `kubectl get resourceslices -o yaml` or `topodra slices` print them). Says per
+request (and subrequest) how many devices could match and what ruled the others out, evaluating
+DeviceClass and request selectors with a CEL library (an expression it cannot evaluate is named
+as such), whether the whole claim fits (searched in the scheduler's order) and, when not, which
+constraint or request blocks it; for an allocated claim, the locality level of each
+accelerator-NIC pair (switch / root / numa / socket / none).
+
+Exit status: 0 when the claim is allocated or would fit, 1 when it would not fit, 2 when the
+input or a flag is wrong (one line says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+EXIT_NO_FIT = 1
+EXIT_CANNOT = 2
+OUTPUTS = ("text", "wide", "json", "yaml")
+
+EXAMPLES = (
+    ("topodra explain --claim ml/train-0-devices", "a Pending pod's claim, on the node it would want"),
+    ("topodra explain --claim ml/train-0-devices --node worker-3", "the same claim on one node"),
+    (
+        "topodra explain --claim-file deploy/examples/best-locality-2.yaml --slices s.json "
+        "--classes deploy/base/deviceclasses.yaml",
+        "offline: a template against `topodra slices -o json` output",
+    ),
+)
+
+
+def register(subparsers: Any) -> None:
+    from topodra.drivers import flags
+    from topodra.drivers.cli.formats import add_output_argument
+    from topodra.drivers.cli.usage import epilog
+
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "explain",
+        help="why a claim fits a node or not, and the locality of what it got",
+        description=(__doc__ or "").split("\n\n")[0],
+        epilog=epilog(
+            EXAMPLES,
+            {
+                0: "the claim is allocated or would fit on the node",
+                EXIT_NO_FIT: "the claim would not fit (the report names what blocks it)",
+                EXIT_CANNOT: "a flag or the input is wrong (one line says)",
+            },
+        ),
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--claim", metavar="NS/NAME", help="a ResourceClaim on the API server")
+    src.add_argument(
+        "--claim-file", metavar="FILE", help="a ResourceClaim, ResourceClaimTemplate or claim spec"
+    )
+    p.add_argument(
+        "--node",
+        type=flags.node_name,
+        default=None,
+        metavar="NODE",
+        help="the node (default: where the claim is allocated, else the only node of --slices)",
+    )
+    p.add_argument(
+        "--slices", default=None, metavar="FILE", help="ResourceSlices from FILE instead of the API server"
+    )
+    p.add_argument(
+        "--classes",
+        default=None,
+        metavar="FILE",
+        help="DeviceClasses from FILE (e.g. deploy/base/deviceclasses.yaml) instead of the API server",
+    )
+    p.add_argument(
+        "--in-use",
+        default=None,
+        metavar="FILE",
+        help="allocated ResourceClaims (kubectl get resourceclaims -A -o yaml) whose devices are taken; "
+        "default with the API server: every claim allocated on the node; offline: none",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        type=flags.readable_file,
+        default=None,
+        metavar="FILE",
+        help="default: $KUBECONFIG, else the in-cluster service account",
+    )
+    add_output_argument(p, OUTPUTS, "text", what="the report")
+    p.set_defaults(run=run)
+
+
+def _fail(message: str) -> int:
+    from topodra.drivers.cli.usage import fail
+
+    return fail("explain", message)
+
+
+def _read(path: str, kind: str, flag: str) -> list[dict[str, Any]]:
+    from topodra.common.objectfile import MAX_BYTES, load_objects
+
+    if os.path.isdir(path):
+        raise ValueError(f"{flag} {path} is a folder; name a file")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise ValueError(f"{flag} {path}: no such file") from None
+    except OSError as err:
+        raise ValueError(f"{flag} {path}: cannot read it: {err.strerror or err}") from None
+    objs = load_objects(text, path)
+    if kind == "ResourceClaim":  # a claim, a template, or a bare spec
+        return objs
+    return [o for o in objs if o.get("kind") in (kind, None)]
+
+
+def _api_get(client: Any, path: str) -> Any:
+    from topodra.common import kube
+
+    resp = kube.request(client, "GET", path, timeout=30)
+    if not resp.ok:
+        raise ValueError(f"GET {path}: HTTP {resp.status}: {resp.message()}")
+    return resp.json()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        report, code = _explain(args)
+    except ValueError as err:
+        return _fail(str(err))
+    from topodra.drivers.cli.formats import dump
+
+    if args.output in ("json", "yaml"):
+        sys.stdout.write(dump(report, args.output))
+    else:
+        sys.stdout.write(text(report, wide=args.output == "wide"))
+    return code
+
+
+def _explain(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    from topodra.common.explain import fit, levels
+    from topodra.common.explain.inventory import InUse, in_use, node_inventory
+
+    client = None
+    if args.claim is not None or args.slices is None or args.classes is None:
+        from topodra.drivers.cli.check import _api_client
+
+        client = _api_client(args.kubeconfig)
+    if args.claim is not None:
+        ns, sep, name = args.claim.partition("/")
+        if not sep or not ns or not name:
+            raise ValueError(f"--claim {args.claim!r}: expected NAMESPACE/NAME")
+        claim_obj = _api_get(client, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}")
+    else:
+        objs = _read(args.claim_file, "ResourceClaim", "--claim-file")
+        claims = [o for o in objs if o.get("kind") in ("ResourceClaim", "ResourceClaimTemplate", None)]
+        if len(claims) != 1:
+            raise ValueError(f"--claim-file {args.claim_file}: holds {len(claims)} claims; give one")
+        claim_obj = claims[0]
+    try:
+        claim = fit.parse_claim(claim_obj)
+    except fit.ClaimError as err:
+        raise ValueError(f"claim: {err}") from None
+    results = fit.allocated(claim_obj)
+    node = args.node
+    if node is None and results:
+        node = results[0][2]  # our pools are named after their node
+    if args.slices is not None:
+        slices = _read(args.slices, "ResourceSlice", "--slices")
+    else:
+        if node is None:
+            raise ValueError(
+                "--node is needed to read slices from the API server (the claim is not allocated)"
+            )
+        from topodra.common.check.watch import list_node_slices
+
+        slices = list_node_slices(client, node)
+    if args.classes is not None:
+        class_objs = _read(args.classes, "DeviceClass", "--classes")
+    else:
+        class_objs = _api_get(client, "/apis/resource.k8s.io/v1/deviceclasses").get("items") or []
+    classes = {str((c.get("metadata") or {}).get("name")): c for c in class_objs}
+    from topodra.common.check.devices import SliceInputError
+
+    try:
+        node, devices, notes = node_inventory(slices, node)
+    except SliceInputError as err:
+        raise ValueError(str(err)) from None
+    meta = claim_obj.get("metadata") or {}
+    me = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    if args.in_use is not None:
+        used = in_use(_read(args.in_use, "ResourceClaim", "--in-use"), node, skip=me)
+    elif client is not None:
+        items = _api_get(client, "/apis/resource.k8s.io/v1/resourceclaims").get("items") or []
+        used = in_use(items, node, skip=me)
+    else:
+        used = InUse()
+    report: dict[str, Any] = {"node": node, "notes": notes, "devices": len(devices)}
+    if results is not None:
+        got = list(fit.iter_results(results, devices))
+        report["allocated"] = True
+        report["results"] = [{"request": r, "driver": d.driver, "device": d.name} for r, d in got]
+        report["pairs"] = [_pair(p) for p in levels.pairs(got)]
+        return report, 0
+    verdict = fit.explain(claim, devices, classes, used)
+    report["allocated"] = False
+    report["fits"] = verdict.fits
+    report["search_steps"] = verdict.steps
+    report["requests"] = [
+        {
+            "request": c.alternative.name,
+            "class": c.alternative.device_class,
+            "count": c.alternative.count,
+            "could_match": [d.name for d in c.devices],
+            "ruled_out": c.ruled_out,
+            "not_evaluated": c.not_evaluated,
+        }
+        for c in verdict.per_alternative
+    ]
+    report["constraints"] = [c.describe() for c in claim.constraints]
+    if verdict.fits:
+        report["would_get"] = [
+            {"request": r, "driver": d.driver, "device": d.name} for r, d in verdict.assignment
+        ]
+        report["pairs"] = [_pair(p) for p in levels.pairs(verdict.assignment)]
+    else:
+        report["blocking"] = verdict.blocking
+    return report, 0 if verdict.fits else EXIT_NO_FIT
+
+
+def _pair(p: Any) -> dict[str, Any]:
+    return {"accelerator": p.accelerator, "nic": p.nic, "level": p.level, "recorded": p.recorded}
+
+
+def text(report: dict[str, Any], wide: bool = False) -> str:
+    lines = [f"node {report['node']}: {report['devices']} devices"]
+    lines += [f"  note: {n}" for n in report.get("notes", [])]
+    if report.get("allocated"):
+        lines.append("claim is allocated:")
+    else:
+        verdict = "would fit" if report.get("fits") else "would NOT fit"
+        lines.append(f"claim {verdict} (search: {report.get('search_steps')} steps)")
+        for r in report.get("requests", []):
+            count = "all" if r["count"] is None else r["count"]
+            lines.append(f"  {r['request']} ({r['class']}, {count}): {len(r['could_match'])} could match")
+            if wide and r["could_match"]:
+                lines.append(f"      {', '.join(r['could_match'])}")
+            for reason, n in sorted(r["ruled_out"].items()):
+                lines.append(f"      {n} ruled out: {reason}")
+            for reason, n in sorted(r["not_evaluated"].items()):
+                lines.append(f"      {n} NOT EVALUATED: {reason}")
+        for b in report.get("blocking", []):
+            lines.append(f"  blocked by {b}")
+    for p in report.get("pairs", []):
+        rec = f" (claim recorded {p['recorded']})" if p.get("recorded") else ""
+        lines.append(f"  {p['accelerator']} + {p['nic'] or '-'}: {p['level']}{rec}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,211 @@
+"""common/explain without a cluster: selectors in the DRA CEL environment, the fit search and what
+it blames, pair levels. Its agreement with the real scheduler is tests/controlplane/test_explain.py."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from topodra.common.check.attrs import Value
+from topodra.common.explain import fit, levels
+from topodra.common.explain.inventory import Device, InUse, in_use, node_inventory, quantity
+from topodra.common.explain.selectors import evaluate
+
+from hack.bench import fallback
+
+ACC, NIC, CPU = "accelerator.topodra.io", "nic.topodra.io", "cpu.topodra.io"
+
+
+def dev(driver: str, name: str, **attrs: Any) -> Device:
+    values = {}
+    for k, v in attrs.items():
+        key = {
+            "switch": "topology.topodra.io/pcieSwitch",
+            "root": "resource.kubernetes.io/pcieRoot",
+            "numa": "resource.kubernetes.io/numaNode",
+            "socket": "topology.topodra.io/socket",
+            "bus": "resource.kubernetes.io/pciBusID",
+        }.get(k, k)
+        kind = "bool" if isinstance(v, bool) else "int" if isinstance(v, int) else "string"
+        values[key] = Value(kind, v)
+    values["topology.topodra.io/kind"] = Value("string", driver.split(".")[0])
+    return Device(driver, "node-a", name, values, {}, False)
+
+
+GPU = dev(
+    ACC, "gpu-0", switch="s0", root="r0", numa=0, socket=0, bus="0000:08:00.0", **{f"{ACC}/type": "gpu"}
+)
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ('device.driver == "accelerator.topodra.io"', True),
+        ('device.attributes["accelerator.topodra.io"].type == "gpu"', True),
+        ('device.attributes["resource.kubernetes.io"].numaNode == 0.0', True),  # int == double
+        ('device.attributes["resource.kubernetes.io"].numaNode in [1, 2]', False),
+        ('has(device.attributes["vendor.example.com"].model)', False),  # a missing domain is empty
+        ('"pcieSwitch" in device.attributes["topology.topodra.io"]', True),
+        ('device.attributes["resource.kubernetes.io"].pciBusID.matches("^0000:08")', True),
+        ('device.attributes["accelerator.topodra.io"].type.upperAscii() == "GPU"', True),  # strings ext
+        ("device.allowMultipleAllocations", False),
+    ],
+)
+def test_selectors_evaluate_as_the_scheduler_does(expression: str, expected: bool) -> None:
+    assert evaluate(expression, GPU).matches is expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "named"),
+    [
+        ('device.capacity["cpu.topodra.io"].cpu.compareTo(quantity("4")) >= 0', "device.capacity"),
+        ('quantity("1") == quantity("1")', "quantity"),
+        ('semver("1.2.3").isGreaterThan(semver("1.0.0"))', "semver"),
+        ('device.attributes["resource.kubernetes.io"].model == "x"', "runtime error"),
+        ("1 +", "does not compile"),
+        ('device.driver + "x"', "not bool"),
+    ],
+)
+def test_what_cannot_be_evaluated_is_named_never_guessed(expression: str, named: str) -> None:
+    verdict = evaluate(expression, GPU)
+    assert verdict.matches is None and named in verdict.reason
+
+
+def test_a_version_attribute_is_not_guessed() -> None:
+    d = Device(ACC, "p", "v", {f"{ACC}/driverVersion": Value("version", "1.2.3")}, {}, False)
+    verdict = evaluate('device.attributes["accelerator.topodra.io"].driverVersion == "1.2.3"', d)
+    assert verdict.matches is None and "version" in verdict.reason
+
+
+CLASSES = {
+    c: {"metadata": {"name": c}, "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{c}"'}}]}}
+    for c in (ACC, NIC, CPU)
+}
+
+
+def machine() -> list[Device]:
+    """Two accelerators and two NICs: one pair on a switch, one pair only on a NUMA node."""
+    cpu = Device(
+        CPU,
+        "node-a",
+        "numa-0",
+        {"resource.kubernetes.io/numaNode": Value("int", 0)},
+        {f"{CPU}/cpu": Decimal(8)},
+        True,
+    )
+    return [
+        dev(ACC, "gpu-0", switch="s0", root="r0", numa=0, socket=0, bus="0000:08:00.0"),
+        dev(ACC, "gpu-1", switch="s1", root="r1", numa=0, socket=0, bus="0000:10:00.0"),
+        cpu,
+        dev(NIC, "nic-0", switch="s0", root="r0", numa=0, socket=0, bus="0000:09:00.0"),
+        dev(NIC, "nic-1", root="r2", numa=0, socket=0, bus="0000:20:00.0"),
+    ]
+
+
+def test_best_locality_takes_the_levels_in_order_and_the_pairs_say_so() -> None:
+    claim = fit.parse_claim({"spec": fallback.best_locality_spec(2)})
+    verdict = fit.explain(claim, machine(), CLASSES, InUse())
+    assert verdict.fits
+    got = {r: d.name for r, d in verdict.assignment}
+    assert got["accelerator-0/switch"] == "gpu-0" and got["nic-0/switch"] == "nic-0"
+    assert got["accelerator-1/numa"] == "gpu-1" and got["nic-1/numa"] == "nic-1"
+    pairs = {p.accelerator: (p.level, p.recorded) for p in levels.pairs(verdict.assignment)}
+    assert pairs == {"gpu-0": ("switch", "switch"), "gpu-1": ("numa", "numa")}
+
+
+def test_a_strict_claim_names_the_constraint_that_blocks_it() -> None:
+    taken = InUse(devices={(ACC, "node-a", "gpu-0")})
+    spec = {
+        "devices": {
+            "requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": ACC}},
+                {"name": "nic", "exactly": {"deviceClassName": NIC}},
+            ],
+            "constraints": [{"requests": ["gpu", "nic"], "matchAttribute": "topology.topodra.io/pcieSwitch"}],
+        }
+    }
+    verdict = fit.explain(fit.parse_claim({"spec": spec}), machine(), CLASSES, taken)
+    assert not verdict.fits
+    assert verdict.blocking == [
+        "constraint #0 (matchAttribute topology.topodra.io/pcieSwitch over gpu, nic): "
+        "without it the claim would fit"
+    ]
+    (gpu,) = [c for c in verdict.per_alternative if c.alternative.name == "gpu"]
+    assert [d.name for d in gpu.devices] == ["gpu-1"] and gpu.ruled_out["held by another claim"] == 1
+
+
+def test_short_requests_and_capacity_are_named() -> None:
+    spec = {
+        "devices": {
+            "requests": [
+                {"name": "gpus", "exactly": {"deviceClassName": ACC, "count": 3}},
+                {
+                    "name": "cpus",
+                    "exactly": {"deviceClassName": CPU, "capacity": {"requests": {f"{CPU}/cpu": "6"}}},
+                },
+            ]
+        }
+    }
+    used = InUse(capacity={(CPU, "node-a", "numa-0"): {f"{CPU}/cpu": Decimal(4)}})
+    verdict = fit.explain(fit.parse_claim({"spec": spec}), machine(), CLASSES, used)
+    assert not verdict.fits
+    assert any("request gpus: not enough devices" in b for b in verdict.blocking)
+    (cpus,) = [c for c in verdict.per_alternative if c.alternative.name == "cpus"]
+    assert cpus.ruled_out.get("only 4 of cpu.topodra.io/cpu free (6 asked)") == 1
+
+
+def test_a_class_not_given_is_not_guessed() -> None:
+    spec = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "other.example.com"}}]}}
+    verdict = fit.explain(fit.parse_claim({"spec": spec}), machine(), CLASSES, InUse())
+    (c,) = verdict.per_alternative
+    assert not c.devices and sum(c.not_evaluated.values()) == len(machine())
+
+
+def test_inventory_and_in_use_read_api_objects() -> None:
+    slices = [
+        {
+            "spec": {
+                "nodeName": "n",
+                "driver": CPU,
+                "pool": {"name": "n", "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {
+                        "name": "numa-0",
+                        "allowMultipleAllocations": True,
+                        "capacity": {f"{CPU}/cpu": {"value": "112"}},
+                    }
+                ],
+            }
+        }
+    ]
+    node, devices, _ = node_inventory(slices, None)
+    assert node == "n" and devices[0].shared and devices[0].capacity == {f"{CPU}/cpu": Decimal(112)}
+    claims = [
+        {
+            "metadata": {"namespace": "a", "name": "x"},
+            "status": {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {"request": "c", "driver": CPU, "pool": "n", "device": "numa-0", "shareID": "u1",
+                             "consumedCapacity": {f"{CPU}/cpu": "4"}},
+                            {"request": "g", "driver": ACC, "pool": "n", "device": "gpu-0"},
+                        ]
+                    }
+                }
+            },
+        }
+    ]  # fmt: skip
+    used = in_use(claims, "n")
+    assert used.devices == {(ACC, "n", "gpu-0")}
+    assert used.capacity == {(CPU, "n", "numa-0"): {f"{CPU}/cpu": Decimal(4)}}
+    assert in_use(claims, "n", skip=("a", "x")).devices == set()
+    assert quantity("1500m") == Decimal("1.5") and quantity("2Gi") == 2 * 2**30 and quantity("x") is None
+
+
+def test_a_claim_that_is_not_one_is_an_error() -> None:
+    with pytest.raises(fit.ClaimError):
+        fit.parse_claim({"spec": {"devices": {"requests": [{"name": "x", "exactly": {}}]}}})
+    with pytest.raises(fit.ClaimError):
+        fit.parse_claim({"spec": {"devices": {"requests": [{"name": f"r{i}"} for i in range(40)]}}})
