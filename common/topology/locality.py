@@ -1,14 +1,20 @@
-"""How close two PCI functions are, in five vendor-neutral steps (closest first).
+"""How close two PCI functions are, in five vendor-neutral steps (closest first), each the
+claim attribute the two devices share at that step.
 
-SW    share a PCIe switch (a bridge below the root port: the chains agree on two or more bridges)
-ROOT  same root complex
-NUMA  same NUMA node
-SOCK  same socket (package)
-SYS   across sockets, or nothing is known
+The steps are defined by the attributes the drivers publish (common/pciattrs.py), not by the
+bridge chain, so what `topodra inspect` prints is exactly what a claim's `matchAttribute` can
+align: SW means both devices carry the same `topology.topodra.io/pcieSwitch`, and so on.
+
+SW    same PCIe switch       topology.topodra.io/pcieSwitch   nvidia-smi: PIX or PXB
+ROOT  same root complex      resource.kubernetes.io/pcieRoot  nvidia-smi: PHB
+NUMA  same NUMA node         resource.kubernetes.io/numaNode  nvidia-smi: NODE
+SOCK  same socket            topology.topodra.io/socket       nvidia-smi: SYS (no code of its own)
+SYS   nothing in common, or unknown                           nvidia-smi: SYS
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
 
 from topodra.common.topology.model import PciFunction, Topology
@@ -27,26 +33,60 @@ class Locality(IntEnum):
         return "X" if self is Locality.SELF else self.name
 
 
-def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+@dataclass(frozen=True, slots=True)
+class Level:
+    """What one code means, which attribute aligns it, and the nvidia-smi codes it covers."""
+
+    code: str
+    meaning: str
+    attribute: str | None  # the claim attribute both devices share at this level
+    nvidia: str  # the `nvidia-smi topo -m` codes of the same situation
+
+
+LEVELS: dict[Locality, Level] = {
+    Locality.SELF: Level("X", "the device itself", None, "X"),
+    Locality.SW: Level(
+        "SW",
+        "behind the same PCIe switch: traffic between them stays in the switch",
+        "topology.topodra.io/pcieSwitch",
+        "PIX (one switch) or PXB (nested switches)",
+    ),
+    Locality.ROOT: Level(
+        "ROOT",
+        "under the same PCIe root complex (host bridge), not one switch",
+        "resource.kubernetes.io/pcieRoot",
+        "PHB",
+    ),
+    Locality.NUMA: Level(
+        "NUMA",
+        "on the same NUMA node, different root complexes",
+        "resource.kubernetes.io/numaNode",
+        "NODE",
+    ),
+    Locality.SOCK: Level(
+        "SOCK",
+        "in the same socket, different NUMA nodes (SNC / NPS modes)",
+        "topology.topodra.io/socket",
+        "SYS (nvidia-smi has no code for it)",
+    ),
+    Locality.SYS: Level(
+        "SYS",
+        "different sockets (traffic crosses the inter-socket link), or the kernel does not say",
+        None,
+        "SYS",
+    ),
+}
 
 
 def locality(t: Topology, a: PciFunction, b: PciFunction) -> Locality:
+    """The closest level whose attribute `a` and `b` share (both known and equal)."""
     if a.address == b.address:
         return Locality.SELF
-    # two functions of one device, or two devices under one switch, share every bridge but the last
-    # (an unknown chain shares nothing)
-    if a.bridges and b.bridges and _common_prefix(a.bridges, b.bridges) >= 2 and a.root_bus == b.root_bus:
+    if a.pcie_switch is not None and a.pcie_switch == b.pcie_switch:
         return Locality.SW
-    root_a = a.pcie_root or a.root_bus
-    if root_a is not None and root_a == (b.pcie_root or b.root_bus):
+    if a.pcie_root is not None and a.pcie_root == b.pcie_root:
         return Locality.ROOT
-    if a.numa_node is not None and a.numa_node == b.numa_node:
+    if a.numa_node is not None and a.numa_node >= 0 and a.numa_node == b.numa_node:
         return Locality.NUMA
     pa, pb = t.package_of_pci(a.address), t.package_of_pci(b.address)
     if pa is not None and pb is not None and pa.index == pb.index:

@@ -1,10 +1,29 @@
-"""Human view of a Topology: packages → NUMA nodes → cores and caches, the PCI tree, a locality matrix."""
+"""Human view of a Topology: packages → NUMA nodes → cores and caches, the PCI tree with class
+names, the blocks of devices that sit together (and the attribute that aligns each), and a
+locality matrix with CPU and NUMA affinity in the manner of `nvidia-smi topo -m`.
+
+`text` keeps a large machine readable: VFs are folded into their PF's line and the matrix is
+left out past MATRIX_MAX devices (the blocks say the same, grouped). `wide` prints everything.
+"""
 
 from __future__ import annotations
 
-from topodra.common.topology.locality import locality
+from topodra.common.topology.locality import LEVELS, Locality, locality
 from topodra.common.topology.model import Cache, PciFunction, Topology
 from topodra.common.topology.parse import compress
+from topodra.drivers.cli.inspect_view import Block, Item, View, speed
+from topodra.drivers.cli.term import Paint
+
+MATRIX_MAX = 24  # devices; past this a text matrix is wider than a wide terminal
+LEVEL_STYLE = {
+    Locality.SELF: "dim",
+    Locality.SW: "bold-green",
+    Locality.ROOT: "green",
+    Locality.NUMA: "yellow",
+    Locality.SOCK: "magenta",
+    Locality.SYS: "red",
+}
+KIND_STYLE = {"accelerators": "cyan", "nics": "blue", "storage": None, "other": None}
 
 
 def _size(n: int | None) -> str:
@@ -92,84 +111,208 @@ def _cpu_section(t: Topology) -> list[str]:
     return lines
 
 
-def _label(t: Topology, p: PciFunction, names: dict[str, str]) -> str:
-    parts = [p.address, p.class_hex or "class?", f"{p.vendor_hex or '?'}:{p.device_hex or '?'}"]
+def _ids(p: PciFunction) -> str:
+    return f"[{(p.vendor_hex or '?')[2:]}:{(p.device_hex or '?')[2:]}]"
+
+
+def _describe(t: Topology, p: PciFunction, item: Item | None, paint: Paint, wide: bool) -> str:
+    """One function's line in the tree: address, class, name, driver, label, nets, extras."""
+    from topodra.common.topology.pciclass import class_name
+
+    parts = [p.address, class_name(p.class_code)]
+    product = item.product if item is not None and item.fn is p else None
+    parts.append(product or _ids(p))
     if p.driver:
         parts.append(p.driver)
-    mark = names.get(p.address)
-    if mark:
-        parts.append(f"<{mark}>")
+    if item is not None and item.fn is p:
+        parts.append(paint(item.label, KIND_STYLE.get(item.kind)))
     nets = [i.name for i in t.nets_of_pci(p.address)]
     if nets:
         parts.append("net " + ",".join(nets))
+    rdma = [r.name for r in t.rdma_of_pci(p.address)]
+    if rdma:
+        parts.append("rdma " + ",".join(rdma))
+    speeds = [i.speed_mbps for i in t.nets_of_pci(p.address) if i.speed_mbps]
+    if speeds:
+        parts.append(speed(max(speeds)))
     nodes = [n.name for n in p.device_nodes]
     if nodes:
         parts.append("dev " + ",".join(nodes))
-    if p.sriov is not None and p.sriov.role:
-        parts.append(f"sriov {p.sriov.role}")
+    if wide and p.link is not None and p.link.current_width:
+        parts.append(f"x{p.link.current_width} {p.link.current_speed or '?'}")
+    if p.sriov is not None and p.sriov.role == "pf":
+        parts.append(f"SR-IOV PF ({p.sriov.num_vfs or 0} of {p.sriov.total_vfs or '?'} VFs)")
+    if p.sriov is not None and p.sriov.role == "vf":
+        parts.append(f"VF of {p.sriov.physfn}")
     return "  ".join(parts)
 
 
-def _marks(t: Topology) -> tuple[dict[str, str], list[PciFunction], list[PciFunction]]:
-    accels = list(t.accelerators())
-    nics = [p for p in t.pci_devices if p.is_network or t.nets_of_pci(p.address)]
-    nics = [p for p in nics if p not in accels]
-    names: dict[str, str] = {}
-    for i, p in enumerate(accels):
-        names[p.address] = f"ACC{i}"
-    for i, p in enumerate(nics):
-        names[p.address] = f"NIC{i}"
-    return names, accels, nics
+def _vf_summary(t: Topology, item: Item) -> str:
+    vfs = item.vfs
+    nets = [i.name for vf in vfs for i in t.nets_of_pci(vf.address)]
+    rdma = [r.name for vf in vfs for r in t.rdma_of_pci(vf.address)]
+    text = f"+ {len(vfs)} VFs {vfs[0].address}..{vfs[-1].address}"
+    if nets:
+        text += f"  net {nets[0]}..{nets[-1]}" if len(nets) > 1 else f"  net {nets[0]}"
+    if rdma:
+        text += f"  rdma {rdma[0]}..{rdma[-1]}" if len(rdma) > 1 else f"  rdma {rdma[0]}"
+    return text + "  (-o wide lists each)"
 
 
-def _pci_section(t: Topology, names: dict[str, str]) -> list[str]:
+def _pci_section(view: View, paint: Paint, wide: bool) -> list[str]:
+    t = view.topology
     if not t.pci_devices:
         return ["PCI: none"]
-    lines = ["PCI devices by root complex:"]
+    everything = wide and view.kinds >= {"accelerators", "nics", "storage", "other"}
+    shown: set[str] = set()
+    for item in view.items:
+        for fn in (item.fn, *(item.vfs if wide else ())):
+            shown.add(fn.address)
+            shown.update(fn.bridges or ())
+    if everything:
+        shown = {p.address for p in t.pci_devices}
+    if not shown:
+        return []
+    folded = {vf.address for item in view.items for vf in item.vfs} if not wide else set()
+    lines = [paint("PCI devices by root complex:", "bold")]
     by_root: dict[str, list[PciFunction]] = {}
     for p in t.pci_devices:
-        by_root.setdefault(p.pcie_root or p.root_bus or "(unknown root)", []).append(p)
+        if p.address in shown and p.address not in folded:
+            by_root.setdefault(p.pcie_root or p.root_bus or "(unknown root)", []).append(p)
     switches = {p.pcie_switch for p in t.pci_devices if p.pcie_switch}
     for root, members in by_root.items():
         info = t.pcie_root(root)
         extra = ""
         if info is not None:
             numa = "?" if info.numa_node is None else str(info.numa_node)
-            extra = f"  (NUMA {numa}, CPUs {compress(info.cpus) or '?'})"
-        lines.append(f"  {root}{extra}")
+            extra = f"  NUMA {numa}, CPUs {compress(info.cpus) or '?'}"
+        lines.append(f"  {paint(root, 'bold')}{extra}")
         for p in sorted(members, key=lambda p: (*(p.bridges or ()), p.address)):
-            depth = len(p.bridges or ())
-            sw = "  [switch]" if p.address in switches else ""
-            lines.append("    " + "  " * depth + _label(t, p, names) + sw)
+            indent = "    " + "  " * len(p.bridges or ())
+            owner = view.by_address.get(p.address)
+            sw = f"  [switch {p.address}]" if p.address in switches else ""
+            lines.append(indent + _describe(t, p, owner, paint, wide) + sw)
+            if owner is not None and owner.fn is p and owner.vfs and not wide:
+                lines.append(indent + "  " + _vf_summary(t, owner))
     return lines
 
 
-def _matrix(
-    t: Topology, names: dict[str, str], accels: list[PciFunction], nics: list[PciFunction]
-) -> list[str]:
-    items = accels + nics
-    if not accels or not nics:
+def _item_line(view: View, item: Item, paint: Paint) -> str:
+    parts = [paint(item.label.ljust(6), KIND_STYLE.get(item.kind)), item.fn.address, item.class_name]
+    if item.product:
+        parts.append(item.product)
+    if item.nets:
+        parts.append(",".join(item.nets))
+    if item.rdma:
+        parts.append(",".join(item.rdma))
+    if item.speed_mbps:
+        parts.append(speed(item.speed_mbps))
+    if item.vfs:
+        parts.append(f"+ {len(item.vfs)} VFs")
+    return "  ".join(parts)
+
+
+def _block_head(view: View, b: Block, depth: int, paint: Paint) -> str:
+    t = view.topology
+    if depth == 0:
+        if b.socket is None:
+            return "Socket unknown (the kernel gives no NUMA node or local CPUs)"
+        pkg = t.package(b.socket)
+        cpus = compress(pkg.cpus) if pkg is not None else "?"
+        return f"Socket {b.socket}  CPUs {cpus}  " + paint(
+            f"topology.topodra.io/socket={b.socket}", "magenta"
+        )
+    if depth == 1:
+        if b.numa is None:
+            return "NUMA node unknown (no numaNode attribute)"
+        cpus = compress(t.cpus_of_numa(b.numa)) or "none"
+        attr = paint(f"resource.kubernetes.io/numaNode={b.numa}", "yellow")
+        return f"NUMA node {b.numa}  CPUs {cpus}  {attr}"
+    if depth == 2:
+        if b.root is None:
+            return "root complex unknown (no pcieRoot attribute)"
+        return f"root complex {b.root}  " + paint(f"resource.kubernetes.io/pcieRoot={b.root}", "green")
+    if b.switch is None:
+        return "not behind a PCIe switch (on a root port)"
+    return f"PCIe switch {b.switch}  " + paint(f"topology.topodra.io/pcieSwitch={b.switch}", "bold-green")
+
+
+def _groups_section(view: View, paint: Paint) -> list[str]:
+    blocks = view.blocks()
+    if not blocks:
         return []
-    labels = [names[p.address] for p in items]
+    lines = [
+        paint("What sits together", "bold")
+        + " (a claim's matchAttribute on the attribute of a block keeps its devices together):"
+    ]
+    previous: tuple[object, ...] = ()
+    for b in blocks:
+        key = (b.socket, b.numa, b.root, b.switch)
+        for depth in range(4):
+            if previous[: depth + 1] != key[: depth + 1]:
+                lines.append("  " + "  " * depth + _block_head(view, b, depth, paint))
+        previous = key
+        for item in b.items:
+            lines.append("          " + _item_line(view, item, paint))
+    return lines
+
+
+def _legend(paint: Paint) -> list[str]:
+    lines = [
+        paint("Legend", "bold") + " (codes, from closest; each names the claim attribute two devices share):"
+    ]
+    for level, info in LEVELS.items():
+        attr = info.attribute or "(no attribute in common)" if level is not Locality.SELF else ""
+        code = paint(info.code.ljust(5), LEVEL_STYLE[level])
+        lines.append(f"  {code} {info.meaning}")
+        if level is not Locality.SELF:
+            lines.append(f"        matchAttribute: {attr};  nvidia-smi topo -m: {info.nvidia}")
+    return lines
+
+
+def _matrix(view: View, paint: Paint, wide: bool) -> list[str]:
+    t = view.topology
+    items = view.matrix_items()
+    if len(items) < 2:
+        return []
+    if len(items) > MATRIX_MAX and not wide:
+        return [
+            f"Locality matrix: left out, {len(items)} devices would make {len(items)}-column lines; the "
+            "blocks above say the same. -o wide prints it, --only narrows it."
+        ]
+    labels = [i.label for i in items]
     width = max(5, *(len(x) for x in labels)) + 1
-    lines = ["Locality (SW same switch, ROOT same root complex, NUMA, SOCK same socket, SYS across):"]
-    lines.append(" " * width + "".join(x.ljust(width) for x in labels))
+    head = " " * width + "".join(x.ljust(width) for x in labels) + "CPU Affinity".ljust(20) + "NUMA Affinity"
+    lines = [paint("Locality", "bold"), paint(head.rstrip(), "bold")]
     for a in items:
-        row = "".join(locality(t, a, b).label.ljust(width) for b in items)
-        lines.append(names[a.address].ljust(width) + row)
-    legend = [f"  {names[p.address]} = {p.address}" for p in items]
-    return [*lines, *legend]
+        cells = []
+        for b in items:
+            level = locality(t, a.fn, b.fn)
+            cells.append(paint(level.label.ljust(width), LEVEL_STYLE[level]))
+        cpus = compress(a.cpus) or "N/A"
+        numa = "N/A" if a.fn.numa_node is None else str(a.fn.numa_node)
+        row = paint(a.label.ljust(width), KIND_STYLE.get(a.kind)) + "".join(cells) + cpus.ljust(20) + numa
+        lines.append(row.rstrip())
+    lines.append("")
+    lines.append(paint("Devices", "bold") + ":")
+    lines += ["  " + _item_line(view, item, paint) for item in items]
+    return lines
 
 
-def render(t: Topology) -> str:
-    names, accels, nics = _marks(t)
-    out = _cpu_section(t)
-    out.append("")
-    out += _pci_section(t, names)
-    matrix = _matrix(t, names, accels, nics)
-    if matrix:
-        out.append("")
-        out += matrix
+def render(view: View, paint: Paint | None = None, wide: bool = False) -> str:
+    paint = paint or Paint(False)
+    t = view.topology
+    out: list[str] = []
+    if "cpus" in view.kinds:
+        out += _cpu_section(t)
+    sections = [_pci_section(view, paint, wide), _groups_section(view, paint), _matrix(view, paint, wide)]
+    for section in sections:
+        if section:
+            if out:
+                out.append("")
+            out += section
+    if view.items:
+        out += ["", *_legend(paint)]
     if t.warnings:
         out.append("")
         out.append(f"Warnings ({len(t.warnings)}):")
