@@ -72,7 +72,7 @@ class AcceleratorOptions:
     exclude: tuple[IdMatch, ...] = ()  # never publish these
     dev_root: Path = Path("/")  # host device nodes are <dev_root>/dev/...
     taint_unhealthy: bool = False
-    rescan_interval: float = 30.0
+    rescan_interval: float = 5.0  # a pod sees no hot-plug uevents: the rescan is how it learns
     pci_ids: tuple[str, ...] = ()  # pci.ids files tried for product names; empty: the system's
     node_check: str = "strict"  # strict: host nodes must have sysfs's major:minor; exists: any char dev
 
@@ -129,10 +129,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--accelerator-rescan-interval",
         type=flags.seconds,
-        default=30.0,
+        default=5.0,
         metavar="SECONDS",
-        help="full rediscovery at least this often (default 30; PCI functions, drivers and device "
-        "nodes coming or going are seen at once, whatever this says)",
+        help="full rediscovery at least this often (default 5: in a pod, where hot-plug uevents do "
+        "not arrive, this is how new or removed functions are seen; a cheap signature check makes "
+        "an unchanged machine cost little)",
     )
     g.add_argument(
         "--accelerator-pci-ids",
@@ -165,7 +166,7 @@ def from_args(args: argparse.Namespace, sysfs_root: Path, node_name: str) -> Acc
         exclude=ids("accelerator_exclude"),
         dev_root=Path(getattr(args, "accelerator_dev_root", None) or "/"),
         taint_unhealthy=bool(getattr(args, "accelerator_taint_unhealthy", False)),
-        rescan_interval=float(getattr(args, "accelerator_rescan_interval", 30.0)),
+        rescan_interval=float(getattr(args, "accelerator_rescan_interval", 5.0)),
         pci_ids=tuple(str(p) for p in paths) if paths else (),
         node_check=str(getattr(args, "accelerator_node_check", "strict")),
     )

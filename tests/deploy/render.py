@@ -8,6 +8,7 @@ does.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
@@ -23,6 +24,14 @@ DEPLOY = REPO / "deploy"
 CHART = DEPLOY / "helm" / "topodra"
 BUILD_TOOLS = REPO / "hack" / "build-tools.sh"
 KINDS = ("cpu", "accelerator", "nic")
+NAMESPACE = "topodra-system"  # kustomize base's; helm renders into the release's namespace
+# Labels Helm's conventions add to every object and kustomize's objects do not have.
+RELEASE_LABELS = (
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+)
 OVERLAYS = ("all", "cpu", "accelerator", "nic", "kind")
 
 Obj = dict[str, Any]
@@ -42,7 +51,10 @@ class Tools:
         return parse(_run([str(self.kustomize), "build", str(path)]))
 
     def helm_template(self, *args: str, chart: Path = CHART) -> list[Obj]:
-        return parse(_run([str(self.helm), "template", "topodra", str(chart), *args]))
+        """`helm template topodra CHART ARGS`, in namespace topodra-system unless ARGS name one
+        (the release's namespace is where the chart puts its objects, as `helm install -n`)."""
+        namespace = [] if {"-n", "--namespace"} & set(args) else ["--namespace", NAMESPACE]
+        return parse(_run([str(self.helm), "template", "topodra", str(chart), *namespace, *args]))
 
 
 def ensure_tools(timeout: float = 1800.0) -> Tools:
@@ -87,6 +99,18 @@ def by_key(objs: Iterable[Obj]) -> dict[Key, Obj]:
         k = key(obj)
         assert k not in out, f"{k} appears twice"
         out[k] = obj
+    return out
+
+
+def without_release_labels(obj: Obj) -> Obj:
+    """`obj` without RELEASE_LABELS (on the object and on a pod template): what kustomize has."""
+    out: Obj = json.loads(json.dumps(obj))
+    metas = [out.get("metadata", {}), out.get("spec", {}).get("template", {}).get("metadata", {})]
+    for meta in metas:
+        labels = meta.get("labels")
+        if labels:
+            for label in RELEASE_LABELS:
+                labels.pop(label, None)
     return out
 
 

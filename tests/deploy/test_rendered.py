@@ -31,6 +31,7 @@ from tests.deploy.render import (
     driver_container,
     example_files,
     load,
+    without_release_labels,
 )
 
 SCHEMA_VERSIONS = ("1.34", "1.37")
@@ -75,7 +76,8 @@ def test_overlay_has_exactly_its_drivers(tools: Tools, overlay: str) -> None:
 @pytest.mark.parametrize("drivers", ["all", *KINDS])
 def test_helm_defaults_equal_kustomize(tools: Tools, drivers: str) -> None:
     kustomized = by_key(tools.kustomize_build(DEPLOY / "overlays" / drivers))
-    helmed = by_key(tools.helm_template(*([] if drivers == "all" else helm_only(drivers))))
+    args = ["--set", "namespace.create=true", *([] if drivers == "all" else helm_only(drivers))]
+    helmed = by_key(without_release_labels(o) for o in tools.helm_template(*args))
     assert kustomized == helmed, diff(kustomized, helmed)
 
 
@@ -197,7 +199,7 @@ def test_no_driver_flag_is_left_without_a_value(non_default: dict[str, Obj]) -> 
 
 def test_chart_switches(tools: Tools) -> None:
     objs = tools.helm_template(
-        "--set", "namespace.name=dra", "--set", "namespace.create=false",
+        "--namespace", "dra", "--set", "namespace.create=false",
         "--set", "deviceClasses=false", "--set", "validatingAdmissionPolicy=false",
         "--set", "image.repository=registry.example/topodra", "--set", "image.tag=1.2.3",
     )  # fmt: skip

@@ -87,7 +87,7 @@ def test_defaults() -> None:
         False,
         "strict",
     )
-    assert o.rescan_interval == 30.0 and o.pci_ids == ()
+    assert o.rescan_interval == 5.0 and o.pci_ids == ()
     # a namespace built by hand (tests, embedding) may carry strings; they are parsed the same way
     hand = options.from_args(argparse.Namespace(accelerator_include=["10de:*"]), Path("/"), "n")
     assert hand.include == (IdMatch(0x10DE, None),)

@@ -10,8 +10,18 @@ app.kubernetes.io/component: kubelet-plugin
 app.kubernetes.io/part-of: topodra
 {{- end }}
 
+{{/* The labels Helm's conventions put on every object (app.kubernetes.io/* and helm.sh/chart);
+kustomize's objects have the others only, so tests/deploy compares them without these. */}}
+{{- define "topodra.releaseLabels" -}}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* image.tag defaults to the chart's appVersion: the chart and the image move together. */}}
 {{- define "topodra.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
 {{/* The unprivileged container securityContext of the cpu and accelerator drivers and the init container. */}}
