@@ -116,6 +116,8 @@ SPEC: dict[str, Any] = {
     },
 }
 
+FindingKey = tuple[str, str, str, str, str]  # driver, device, attribute (short), code, severity
+
 
 def manifest(root: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((root / "synth-manifest.json").read_text())
@@ -328,3 +330,47 @@ def topodra_slices(
         )
         out.extend(desired.slices)
     return out
+
+
+def expected_findings(m: dict[str, Any]) -> set[FindingKey]:
+    """Every gap and wrong value the shapes carry, from the manifest."""
+    by_pci = {p["bdf"]: p for p in m["pci"]}
+    out: set[FindingKey] = set()
+    gpus = [p for p in m["pci"] if p["vendor"] == "10de" and p["kind"] == "accelerator"]
+    out.add((NVIDIA, f"gpu-{len(gpus)}", "pciBusID", "wrong", "error"))  # the one off the bus
+    for n in m["net"]:
+        if n["pci"] is None or n["uplink"]:
+            continue
+        name = "pci-" + n["pci"].replace(":", "-").replace(".", "-")
+        out.add((DRANET, name, "pciBusID", "missing", "warning"))  # only dra.net/pciAddress
+        if by_pci[n["pci"]]["numa"] is not None:
+            out.add((DRANET, name, "numaNode", "missing", "warning"))  # only dra.net/numaNode
+    for vf in m["pci"]:
+        if vf["physfn"] is None:
+            continue
+        name = vf["bdf"].replace(":", "-").replace(".", "-")
+        if by_pci[vf["physfn"]]["numa"] is None:
+            out.add((SRIOV, name, "dra.net/numaNode", "malformed", "error"))  # -1
+        else:
+            out.add((SRIOV, name, "numaNode", "missing", "warning"))
+    for p in m["pci"]:
+        if p["vendor"] == "8086" and p["device"] == "56c0":
+            name = p["bdf"].replace(":", "-").replace(".", "-") + "-0x56c0"
+            out.add((INTEL, name, "numaNode", "missing", "warning"))  # no NUMA at all
+    for node in m["numa"]:
+        out.add((DRACPU, f"cpudevnuma{node['id']:03d}", "pcieRoot", "list-form", "warning"))
+    return out
+
+
+def report_findings(report: Any, severities: tuple[str, ...] = ("error", "warning")) -> set[FindingKey]:
+    """(driver, device, attribute, code, severity) of the report's findings, standard names short."""
+    short = {
+        "resource.kubernetes.io/pciBusID": "pciBusID",
+        "resource.kubernetes.io/pcieRoot": "pcieRoot",
+        "resource.kubernetes.io/numaNode": "numaNode",
+    }
+    return {
+        (drv, dev, short.get(f.attribute, f.attribute), f.code, f.severity)
+        for drv, dev, f in report.findings()
+        if f.severity in severities
+    }

@@ -8,8 +8,8 @@ Event-writing rights it does not need, and three drivers would report the same d
 three times. It is read-only apart from Events: `resourceslices` list/watch, `events` create in
 the `default` namespace, where Node events live.
 
-Loop: LIST the node's slices, check, then WATCH them; every change re-checks (at most every
-`MIN_GAP` seconds, so a driver republishing 64 slices costs one check), and sysfs is re-read every
+Loop: LIST the node's slices, then WATCH them; every change re-checks (at most every `MIN_GAP`
+seconds, so a driver republishing 64 slices costs one check), and sysfs is re-read every
 `interval` (hot-plug, SR-IOV VFs created). Each check updates the metrics; an Event is written
 when the set of wrong values changes (Warning `TopologyAttributesWrong`, or Normal
 `TopologyAttributesAgree` once they are fixed), and again every `EVENT_REPEAT` seconds while
@@ -38,7 +38,7 @@ REASON_AGREE = "TopologyAttributesAgree"
 COMPONENT = "topodra-check"
 MIN_GAP = 5.0
 EVENT_REPEAT = 3000.0
-WATCH_TIMEOUT = 60
+WATCH_TIMEOUT = 300  # seconds per watch request; the server may end it sooner
 MAX_MESSAGE = 1000  # events.k8s.io caps a note at 1 kB; keep core Events within it too
 SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 
@@ -179,7 +179,13 @@ def metrics() -> _Metrics:
 
 
 class Watcher:
-    """Checks `node` until stopped (see the module docstring)."""
+    """Checks `node` until stopped (see the module docstring).
+
+    Two threads: `run_watch` keeps the node's slices current (LIST, then WATCH, relist on
+    errors) and marks them changed; `run_checks` waits for a change (at least `MIN_GAP` after the
+    previous check, so a burst of slice writes costs one check) or for `interval` to pass since
+    sysfs was read, then checks. The watch never waits on a check, and a check never waits for
+    the next watch event."""
 
     def __init__(
         self,
@@ -203,11 +209,13 @@ class Watcher:
         self._api = KubeSliceApi(api_client)
         self._clock = clock
         self._stop = threading.Event()
+        self._changed = threading.Condition()
         self._slices: dict[str, dict[str, Any]] = {}
+        self._listed = False  # no check before the first LIST: an empty node would look clean
+        self._dirty = False
         self._topo: Any = None
         self._discovered_at = -1e18
         self._checked_at = -1e18
-        self._dirty = False
         self._last_digest: str | None = None
         self._last_event_at = -1e18
         self._event_denied = False
@@ -218,7 +226,7 @@ class Watcher:
     # public
 
     def serve_forever(self) -> None:
-        """Runs the loop in a daemon thread and waits for SIGTERM/SIGINT (the pod's stop)."""
+        """Runs both loops in daemon threads until SIGTERM/SIGINT (the pod's stop)."""
         import signal
 
         if self.metrics_address:
@@ -228,18 +236,24 @@ class Watcher:
             start_http_server(port, addr=host)
         metrics()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self._stop.set())
-        thread = threading.Thread(target=self.run, name="topodra-check", daemon=True)
-        thread.start()
+            signal.signal(sig, lambda *_: self.stop())
+        threads = [
+            threading.Thread(target=self.run_watch, name="topodra-check-watch", daemon=True),
+            threading.Thread(target=self.run_checks, name="topodra-check", daemon=True),
+        ]
+        for t in threads:
+            t.start()
         while not self._stop.wait(1.0):
-            if not thread.is_alive():
-                raise RuntimeError("the check loop ended")
+            if not all(t.is_alive() for t in threads):
+                raise RuntimeError("a check loop ended")
         self._log.info("stopping")
 
     def stop(self) -> None:
         self._stop.set()
+        with self._changed:
+            self._changed.notify_all()
 
-    def run(self) -> None:
+    def run_watch(self) -> None:
         backoff = 1.0
         while not self._stop.is_set():
             try:
@@ -250,17 +264,58 @@ class Watcher:
             except Exception as err:
                 metrics().runs.labels("failed").inc()
                 self._log.warning(
-                    "check failed; retrying", error=f"{type(err).__name__}: {err}", retry_s=backoff
+                    "reading slices failed; retrying", error=f"{type(err).__name__}: {err}", retry_s=backoff
                 )
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 60.0)
 
+    def run_checks(self) -> None:
+        while not self._stop.is_set():
+            with self._changed:
+                while not self._stop.is_set():
+                    wait = self._due_in()
+                    if wait <= 0:
+                        break
+                    self._changed.wait(min(wait, 60.0))
+                if self._stop.is_set():
+                    return
+                slices = list(self._slices.values())
+                self._dirty = False
+            try:
+                self._check(slices)
+            except Exception as err:  # a check never takes the agent down; the next one retries
+                metrics().runs.labels("failed").inc()
+                self._log.warning("check failed", error=f"{type(err).__name__}: {err}")
+                self._checked_at = self._clock()
+
     # steps
+
+    def _due_in(self) -> float:
+        """Seconds until the next check is due (called with the condition held)."""
+        if not self._listed:
+            return 60.0
+        now = self._clock()
+        rediscover = self._discovered_at + self.interval - now
+        if self._dirty:
+            return min(self._checked_at + MIN_GAP - now, rediscover)
+        return rediscover
+
+    def _apply(self, kind: str | None, obj: dict[str, Any]) -> None:
+        with self._changed:
+            if kind == "DELETED":
+                self._slices.pop(_key(obj), None)
+            else:
+                self._slices[_key(obj)] = obj
+            self._dirty = True
+            self._changed.notify_all()
 
     def _relist(self) -> str:
         items, rv = self._api.list_slices(node_selector(self.node))
-        self._slices = {_key(s): s for s in items}
-        self._check(force_discovery=False)
+        with self._changed:
+            self._slices = {_key(s): s for s in items}
+            self._listed = True
+            self._dirty = True
+            self._changed.notify_all()
         return rv
 
     def _watch(self, rv: str) -> str:
@@ -278,37 +333,24 @@ class Watcher:
                 rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
                 if kind == "BOOKMARK":
                     continue
-                if kind == "DELETED":
-                    self._slices.pop(_key(obj), None)
-                else:
-                    self._slices[_key(obj)] = obj
-                self._dirty = True
-                self._maybe_check()
+                self._apply(kind, obj)
         except ApiError as err:
             if err.status == 410:
                 return ""
             raise
         finally:
             stream.stop()
-        self._maybe_check(idle=True)
         return rv
 
-    def _maybe_check(self, idle: bool = False) -> None:
-        now = self._clock()
-        stale = now - self._discovered_at >= self.interval
-        if (self._dirty and (idle or now - self._checked_at >= MIN_GAP)) or stale:
-            self._check(force_discovery=stale)
-
-    def _check(self, force_discovery: bool) -> None:
+    def _check(self, slices: list[dict[str, Any]]) -> None:
         from topodra.common.topology import discover
 
         now = self._clock()
-        if self._topo is None or force_discovery:
+        if self._topo is None or now - self._discovered_at >= self.interval:
             self._topo = discover(self.sysfs_root)
             self._discovered_at = now
-        report = build_report(self._topo, node_devices(list(self._slices.values()), self.node))
+        report = build_report(self._topo, node_devices(slices, self.node))
         self._checked_at = now
-        self._dirty = False
         self.last_report = report
         self.checks += 1
         metrics().update(report)

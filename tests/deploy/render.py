@@ -123,13 +123,30 @@ def example_files() -> list[Path]:
 
 
 def daemonsets(objs: Iterable[Obj]) -> dict[str, Obj]:
-    """DaemonSets by driver kind (cpu/accelerator/nic), from their ServiceAccount name."""
+    """The drivers' DaemonSets by driver kind (cpu/accelerator/nic), from their ServiceAccount
+    name (topodra-<kind>-driver); the node check's DaemonSet is not a driver (see `is_check`)."""
     out: dict[str, Obj] = {}
     for obj in objs:
         if obj["kind"] == "DaemonSet":
             sa = obj["spec"]["template"]["spec"]["serviceAccountName"]
-            out[sa.removeprefix("topodra-").removesuffix("-driver")] = obj
+            if sa.endswith("-driver"):
+                out[sa.removeprefix("topodra-").removesuffix("-driver")] = obj
     return out
+
+
+CHECK = "topodra-check"
+
+
+def is_check(obj: Obj) -> bool:
+    """An object of the node check (deploy/base/check.yaml): named topodra-check[-...]."""
+    name: str = obj["metadata"]["name"]
+    return name == CHECK or name.startswith(f"{CHECK}-")
+
+
+def check_daemonset(objs: Iterable[Obj]) -> Obj | None:
+    found = [o for o in objs if o["kind"] == "DaemonSet" and o["metadata"]["name"] == CHECK]
+    assert len(found) <= 1
+    return found[0] if found else None
 
 
 def driver_container(ds: Obj) -> Obj:

@@ -8,7 +8,8 @@ source by the control-plane tier).
    fixture creates (same labels) and replace them, invalidating their tokens.
 2. On a control plane of its own: overlays/all applied for real; the DaemonSet controller makes
    one pod per driver for a new node, admitted at system-node-critical priority and bound to it
-   (no kubelet runs them). Then the examples for real, against the slices the drivers publish
+   (no kubelet runs them), and one of the node check, admitted as non-root. Then the examples
+   for real, against the slices the drivers publish
    for the synthetic machine hack/kind-up.sh gives its first worker: the real scheduler
    allocates every claim, and hack/kind/check_alignment.py (what kind-e2e.sh runs) confirms each
    constraint from the allocation and the slices.
@@ -160,12 +161,22 @@ def test_daemonsets_schedule_and_examples_allocate_aligned(tools: Tools, tmp_pat
 
         def driver_pods() -> list[Any] | None:
             pods = core.list_namespaced_pod(
-                "topodra-system", label_selector="app.kubernetes.io/part-of=topodra"
+                "topodra-system", label_selector="app.kubernetes.io/component=kubelet-plugin"
             ).items
             bound = [p for p in pods if p.spec.node_name == node]
             return bound if len(bound) == len(KINDS) else None
 
         pods = eventually("one driver pod per DaemonSet bound to the node", driver_pods, timeout=60)
+
+        def check_pod() -> list[Any] | None:
+            pods = core.list_namespaced_pod(
+                "topodra-system", label_selector="app.kubernetes.io/component=node-check"
+            ).items
+            return [p for p in pods if p.spec.node_name == node] or None
+
+        (check,) = eventually("the node check's pod bound to the node", check_pod, timeout=60)
+        assert check.spec.service_account_name == "topodra-check"
+        assert check.spec.security_context.run_as_non_root is True  # admitted as non-root
         by_sa = {p.spec.service_account_name: p for p in pods}
         assert sorted(by_sa) == sorted(f"topodra-{k}-driver" for k in KINDS)
         for pod in pods:

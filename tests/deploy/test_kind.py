@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, skip_or_fail
-from tests.deploy.render import DEPLOY, Tools, daemonsets, driver_container
+from tests.deploy.render import DEPLOY, Tools, check_daemonset, daemonsets, driver_container
 
 KIND_UP = REPO / "hack" / "kind-up.sh"
 KIND_E2E = REPO / "hack" / "kind-e2e.sh"
@@ -88,6 +88,11 @@ def test_kind_config_matches_the_kind_overlay(tools: Tools) -> None:
             assert args.cpu_pinning == "none"  # the synthetic CPUs are not the worker's
         if kind == "accelerator":
             assert (str(args.accelerator_dev_root), args.accelerator_node_check) == (synth, "exists")
+    check = check_daemonset(tools.kustomize_build(DEPLOY / "overlays" / "kind"))
+    assert check is not None  # compares the slices with the same synthetic machine as the drivers
+    check_args = build_parser("check").parse_args(check["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert check_args.sysfs_root == synth
+    assert check["spec"]["template"]["spec"]["nodeSelector"] == pod["nodeSelector"]
     control = next(n for n in cfg["nodes"] if n["role"] == "control-plane")
     assert not control.get("labels")  # no synthetic machine, so no drivers there
 

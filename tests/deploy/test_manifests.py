@@ -30,6 +30,7 @@ from tests.deploy.render import (
     Obj,
     base_file,
     by_key,
+    check_daemonset,
     daemonsets,
     driver_container,
     example_files,
@@ -39,6 +40,7 @@ from tests.deploy.render import (
 
 BASE = load(sorted((DEPLOY / "base").glob("*.yaml")))
 DS = daemonsets(BASE)
+CHECK_DS = check_daemonset(BASE)
 
 
 def serve_args(ds: Obj) -> argparse.Namespace:
@@ -275,6 +277,60 @@ def test_rbac_binds_each_daemonset_account() -> None:
             {"kind": "ServiceAccount", "name": name, "namespace": DRIVER_NAMESPACE}
         ]
         assert ("rbac.authorization.k8s.io/v1", "ClusterRole", None, name) in objs
+
+
+# ----- the node check (deploy/base/check.yaml) -------------------------------------------------
+
+
+def test_check_daemonset_runs_the_watch_on_the_hosts_sysfs(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert CHECK_DS is not None
+    pod = CHECK_DS["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = build_parser("check").parse_args(container["args"])  # topodra's own parser
+    assert args.watch and args.slices is None and not args.no_events
+    assert args.node is None  # from NODE_NAME, the downward API
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {"NODE_NAME": "spec.nodeName"}
+    mount, host = host_mount(container, pod, Path(args.sysfs_root) / "sys")
+    assert host == "/sys" and mount["readOnly"] is True
+    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/sys"]  # nothing else of the host
+    _, port = parse_address(args.metrics_address)
+    (metrics,) = container["ports"]
+    assert metrics == {"name": "metrics", "containerPort": port, "protocol": "TCP"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    assert {"operator": "Exists"} in pod["tolerations"] and "priorityClassName" not in pod
+
+
+def test_check_runs_unprivileged() -> None:
+    assert CHECK_DS is not None
+    pod = CHECK_DS["spec"]["template"]["spec"]
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        assert not pod.get(key), key
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+
+
+def test_check_rbac_is_read_only_apart_from_node_events() -> None:
+    objs = by_key(load([base_file("check.yaml")]))
+    name = "topodra-check"
+    assert CHECK_DS is not None and CHECK_DS["spec"]["template"]["spec"]["serviceAccountName"] == name
+    assert ("v1", "ServiceAccount", DRIVER_NAMESPACE, name) in objs
+    role = objs[("rbac.authorization.k8s.io/v1", "ClusterRole", None, name)]
+    assert role["rules"] == [
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list", "watch"]}
+    ]
+    events = objs[("rbac.authorization.k8s.io/v1", "Role", "default", f"{name}-events")]
+    assert events["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    subject = [{"kind": "ServiceAccount", "name": name, "namespace": DRIVER_NAMESPACE}]
+    for kind, namespace, bound in (
+        ("ClusterRoleBinding", None, name),
+        ("RoleBinding", "default", f"{name}-events"),
+    ):
+        binding = objs[("rbac.authorization.k8s.io/v1", kind, namespace, bound)]
+        assert binding["roleRef"]["name"] == bound and binding["subjects"] == subject
 
 
 def test_deviceclasses_select_each_driver() -> None:

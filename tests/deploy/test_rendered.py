@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,11 @@ from tests.deploy.render import (
     Obj,
     Tools,
     by_key,
+    check_daemonset,
     daemonsets,
     driver_container,
     example_files,
+    is_check,
     load,
     without_release_labels,
 )
@@ -37,6 +40,15 @@ from tests.deploy.render import (
 SCHEMA_VERSIONS = ("1.34", "1.37")
 SHARED = {"Namespace", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 PER_DRIVER = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "DeviceClass"}
+# the node check (deploy/base/check.yaml) comes with every overlay, whichever drivers it deploys
+CHECK_OBJECTS = {
+    ("ServiceAccount", "topodra-check"),
+    ("ClusterRole", "topodra-check"),
+    ("ClusterRoleBinding", "topodra-check"),
+    ("Role", "topodra-check-events"),
+    ("RoleBinding", "topodra-check-events"),
+    ("DaemonSet", "topodra-check"),
+}
 
 
 def owner(obj: Obj) -> str | None:
@@ -68,9 +80,31 @@ def test_overlay_has_exactly_its_drivers(tools: Tools, overlay: str) -> None:
     wanted = set(KINDS) if overlay == "all" else {overlay}
     kinds = {o["kind"] for o in objs}
     assert kinds >= SHARED
-    per_driver = {(owner(o), o["kind"]) for o in objs if o["kind"] in PER_DRIVER}
+    per_driver = {(owner(o), o["kind"]) for o in objs if o["kind"] in PER_DRIVER and not is_check(o)}
     assert per_driver == {(k, t) for k in wanted for t in PER_DRIVER}
-    assert all(o["kind"] in SHARED | PER_DRIVER for o in objs)
+    assert {(o["kind"], o["metadata"]["name"]) for o in objs if is_check(o)} == CHECK_OBJECTS
+    assert all(o["kind"] in SHARED | PER_DRIVER for o in objs if not is_check(o))
+
+
+def test_the_check_can_be_left_out(tools: Tools, tmp_path: Path) -> None:
+    """components/without-check removes every object of the node check, and only those."""
+    overlay = tmp_path / "no-check"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(DEPLOY / "overlays" / "all", overlay)],
+                "components": [os.path.relpath(DEPLOY / "components" / "without-check", overlay)],
+            }
+        )
+    )
+    full = by_key(tools.kustomize_build(DEPLOY / "overlays" / "all"))
+    without = by_key(tools.kustomize_build(overlay))
+    assert {k: v for k, v in full.items() if not is_check(v)} == without
+    helm = by_key(tools.helm_template("--set", "check.enabled=false"))
+    assert helm == without
 
 
 @pytest.mark.parametrize("drivers", ["all", *KINDS])
@@ -79,6 +113,21 @@ def test_helm_defaults_equal_kustomize(tools: Tools, drivers: str) -> None:
     args = ["--set", "namespace.create=true", *([] if drivers == "all" else helm_only(drivers))]
     helmed = by_key(without_release_labels(o) for o in tools.helm_template(*args))
     assert kustomized == helmed, diff(kustomized, helmed)
+
+
+def test_check_values_reach_its_flags(tools: Tools) -> None:
+    objs = tools.helm_template(
+        "--set", "check.metricsPort=9503", "--set", "check.interval=60", "--set", "check.events=false",
+        "--set", "logLevel=debug", "--set", "check.extraArgs={--no-events}",
+    )  # fmt: skip
+    ds = check_daemonset(objs)
+    assert ds is not None
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    args = build_parser("check").parse_args(container["args"])
+    assert (args.watch, args.interval, args.no_events, args.log_level) == (True, 60.0, True, "debug")
+    assert args.metrics_address == ":9503" and container["ports"][0]["containerPort"] == 9503
+    # no Events: no Role in `default` either
+    assert not any(o["kind"] in ("Role", "RoleBinding") for o in objs)
 
 
 def test_helm_lint(tools: Tools) -> None:
@@ -213,9 +262,10 @@ def test_chart_switches(tools: Tools) -> None:
     for o in objs:
         if o["kind"] in ("ServiceAccount", "DaemonSet"):
             assert o["metadata"]["namespace"] == "dra"
-        if o["kind"] == "ClusterRoleBinding":
+        if o["kind"] in ("ClusterRoleBinding", "RoleBinding"):
             assert o["subjects"][0]["namespace"] == "dra"
-    for ds in daemonsets(objs).values():
+    for ds in [*daemonsets(objs).values(), check_daemonset(objs)]:
+        assert ds is not None
         pod = ds["spec"]["template"]["spec"]
         for c in [*pod.get("initContainers", []), *pod["containers"]]:
             assert c["image"] == "registry.example/topodra:1.2.3"

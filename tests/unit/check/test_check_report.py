@@ -15,11 +15,19 @@ from topodra.common.check import build_report, node_devices, to_json
 from topodra.common.check.report import Report
 from topodra.common.topology import Topology, discover
 
-from tests.check_kit import DRACPU, DRANET, INTEL, NVIDIA, SRIOV, STALE_GPU, TOPODRA, manifest
+from tests.check_kit import (
+    DRACPU,
+    DRANET,
+    INTEL,
+    NVIDIA,
+    SRIOV,
+    STALE_GPU,
+    TOPODRA,
+    expected_findings,
+    manifest,
+    report_findings,
+)
 from tests.unit.check.conftest import NODE
-
-Key = tuple[str, str, str, str, str]  # driver, device, attribute (short), code, severity
-
 
 _TOPOLOGIES: dict[Path, Topology] = {}
 
@@ -30,53 +38,10 @@ def report_of(root: Path, slices: list[dict[str, Any]]) -> Report:
     return build_report(_TOPOLOGIES[root], node_devices(slices, NODE))
 
 
-def findings(report: Report, severities: tuple[str, ...] = ("error", "warning")) -> set[Key]:
-    short = {
-        "resource.kubernetes.io/pciBusID": "pciBusID",
-        "resource.kubernetes.io/pcieRoot": "pcieRoot",
-        "resource.kubernetes.io/numaNode": "numaNode",
-    }
-    return {
-        (drv, dev, short.get(f.attribute, f.attribute), f.code, f.severity)
-        for drv, dev, f in report.findings()
-        if f.severity in severities
-    }
-
-
-def expected(m: dict[str, Any]) -> set[Key]:
-    """Every gap and wrong value the shapes carry, from the manifest."""
-    by_pci = {p["bdf"]: p for p in m["pci"]}
-    out: set[Key] = set()
-    gpus = [p for p in m["pci"] if p["vendor"] == "10de" and p["kind"] == "accelerator"]
-    out.add((NVIDIA, f"gpu-{len(gpus)}", "pciBusID", "wrong", "error"))  # the one off the bus
-    for n in m["net"]:
-        if n["pci"] is None or n["uplink"]:
-            continue
-        name = "pci-" + n["pci"].replace(":", "-").replace(".", "-")
-        out.add((DRANET, name, "pciBusID", "missing", "warning"))  # only dra.net/pciAddress
-        if by_pci[n["pci"]]["numa"] is not None:
-            out.add((DRANET, name, "numaNode", "missing", "warning"))  # only dra.net/numaNode
-    for vf in m["pci"]:
-        if vf["physfn"] is None:
-            continue
-        name = vf["bdf"].replace(":", "-").replace(".", "-")
-        if by_pci[vf["physfn"]]["numa"] is None:
-            out.add((SRIOV, name, "dra.net/numaNode", "malformed", "error"))  # -1
-        else:
-            out.add((SRIOV, name, "numaNode", "missing", "warning"))
-    for p in m["pci"]:
-        if p["vendor"] == "8086" and p["device"] == "56c0":
-            name = p["bdf"].replace(":", "-").replace(".", "-") + "-0x56c0"
-            out.add((INTEL, name, "numaNode", "missing", "warning"))  # no NUMA at all
-    for node in m["numa"]:
-        out.add((DRACPU, f"cpudevnuma{node['id']:03d}", "pcieRoot", "list-form", "warning"))
-    return out
-
-
 def test_every_gap_and_wrong_value_is_named(root: Path, all_slices: list[dict[str, Any]]) -> None:
     report = report_of(root, all_slices)
-    got = findings(report)
-    assert got == expected(manifest(root))
+    got = report_findings(report)
+    assert got == expected_findings(manifest(root))
     assert not any(drv in TOPODRA for drv, *_ in got)  # topodra's own: clean
     assert report.exit_code == 1  # the stale GPU and the -1s are wrong values
     assert report.errors == sum(1 for k in got if k[4] == "error")
@@ -213,7 +178,7 @@ def test_each_kind_of_bad_value_is_reported(
         del dev["attributes"][attr]
     else:
         dev["attributes"][attr] = value
-    new = findings(report_of(root, slices)) - findings(report_of(root, all_slices))
+    new = report_findings(report_of(root, slices)) - report_findings(report_of(root, all_slices))
     assert {(k[0], k[1], k[2], k[3]) for k in new} >= {(driver, device, reported, code)}, new
 
 
@@ -223,7 +188,7 @@ def test_numa_on_a_function_the_kernel_gives_none_is_wrong(
     slices = copy.deepcopy(all_slices)
     vf = _device(slices, SRIOV, "0000-e1-00-1")
     vf["attributes"]["resource.kubernetes.io/numaNode"] = {"int": 0}  # a default of 0 where unknown
-    got = findings(report_of(root, slices))
+    got = report_findings(report_of(root, slices))
     assert (SRIOV, "0000-e1-00-1", "numaNode", "wrong", "error") in got
 
 
@@ -235,7 +200,7 @@ def test_topodra_vocabulary_is_checked_for_drivers_that_speak_it(
     dev = s["spec"]["devices"][0]
     dev["attributes"]["topology.topodra.io/pcieSwitch"] = {"string": "0000:99:00.0"}
     dev["attributes"]["topology.topodra.io/socket"] = {"int": 5}
-    got = {(k[2], k[3]) for k in findings(report_of(root, slices)) if k[0] == TOPODRA[1]}
+    got = {(k[2], k[3]) for k in report_findings(report_of(root, slices)) if k[0] == TOPODRA[1]}
     assert got == {("topology.topodra.io/pcieSwitch", "wrong"), ("topology.topodra.io/socket", "wrong")}
 
 

@@ -141,3 +141,15 @@ tolerations:
     - name: hooks
       mountPath: {{ .root.Values.hookDir }}
 {{- end }}
+
+{{/* Labels of the node check's objects (deploy/base/check.yaml). */}}
+{{- define "topodra.checkLabels" -}}
+app.kubernetes.io/name: topodra-check
+app.kubernetes.io/part-of: topodra
+{{- end }}
+
+{{- define "topodra.checkPodLabels" -}}
+app.kubernetes.io/name: topodra-check
+app.kubernetes.io/component: node-check
+app.kubernetes.io/part-of: topodra
+{{- end }}
