@@ -88,13 +88,16 @@ def _usable_mac(mac: str | None) -> str | None:
 def locate(att: Attachment, sysfs_root: str = "/") -> Where:
     """Find the interface: host first (it may already be back), then the pin."""
     mac = _usable_mac(att.mac)
+    host_links = iplink.links()
     if att.pci_address:
-        names = iplink.pci_netdevs(sysfs_root, att.pci_address)
+        # sysfs names the function's netdev, netlink must show it too: a sysfs root that is not
+        # the host's own (--sysfs-root at a synthetic or captured machine) keeps naming an
+        # interface that has moved into a pod, and trusting it would drop the pin holding it.
+        listed = iplink.pci_netdevs(sysfs_root, att.pci_address)
+        names = [n for n in listed if iplink.find(host_links, name=n)]
         if names:
-            host_links = iplink.links()
             link = iplink.find(host_links, mac=mac) if mac else None
             return Where("host", link.name if link is not None and link.name in names else names[0])
-    host_links = iplink.links()
     link = iplink.find(host_links, mac=mac) if mac else iplink.find(host_links, name=att.host_name)
     if link is not None:
         return Where("host", link.name)

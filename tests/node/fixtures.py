@@ -19,7 +19,9 @@ import pytest
 
 from tests.conftest import skip_or_fail
 from tests.controlplane.binaries import BuildFailed, GoMissing, ensure_binaries
+from tests.deploy.render import ToolsUnavailable, ensure_tools
 from tests.node.binaries import HostToolMissing, ensure_node_binaries
+from tests.node.drivers import Drivers, image_tools_missing
 from tests.node.network import pick_network
 from tests.node.node import RealNode, real_node_lock
 
@@ -90,3 +92,29 @@ def pytest_runtest_makereport(
     ):
         report.sections.append(("real node logs", _active[0].logs(40)))
     return report
+
+
+@pytest.fixture(scope="session")
+def node_drivers(real_node: RealNode) -> Iterator[Drivers]:
+    """deploy/overlays/all on the real node: the three DaemonSets running this checkout's image,
+    ready and publishing (see tests/node/drivers.py)."""
+    why = image_tools_missing()
+    if why:
+        skip_or_fail(why)
+    try:
+        tools = ensure_tools()
+    except ToolsUnavailable as e:
+        skip_or_fail(str(e))
+    drivers = Drivers(real_node, tools)
+    try:
+        drivers.install()
+    except Exception as e:
+        logs = "\n".join(f"--- {k} driver:\n{drivers.log(k)[-3000:]}" for k in ("cpu", "accelerator", "nic"))
+        drivers.uninstall()
+        pytest.fail(f"the drivers did not come up: {e}\n{logs}")
+    steps = ", ".join(f"{k} {v:.1f} s" for k, v in drivers.timings.items())
+    sys.stderr.write(f"\nreal node drivers up: {steps}\n")
+    try:
+        yield drivers
+    finally:
+        drivers.uninstall()

@@ -7,13 +7,14 @@ end of every veth lives in a namespace of its own, so the pair survives when the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
 from topodra.drivers.nic import hookfiles, iplink
-from topodra.drivers.nic.attach import Attachment, ReleaseError, locate, release
+from topodra.drivers.nic.attach import Attachment, ReleaseError, Where, locate, release
 
 from tests.drivers.nic.conftest import Links, host_link, netns_links, process_in
 
@@ -79,6 +80,33 @@ def test_hook_moves_renames_and_pins_then_release_brings_it_back(
     assert not Path(att.pin).exists()
     # idempotent: a second unprepare finds it home
     assert release(att) == "already on the host"
+
+
+def test_a_sysfs_root_that_still_names_the_netdev_does_not_hide_the_pinned_interface(
+    links: Links, hook: Path, tmp_path: Path
+) -> None:
+    """A --sysfs-root that is not the host's (a synthetic machine whose netdevs are veths of the
+    same name and MAC) keeps listing the netdev under its PCI function while the interface is in
+    the pod. Release must still find it in the pin and bring it back, not call it home and drop
+    the pin (which destroyed the interface with the namespace, seen on the real-node tier)."""
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    host, peer = links.name("h5"), links.name("q5")
+    mac = links.veth(host, peer, peer_ns)
+    state = tmp_path / "state"
+    pci = "0000:04:00.0"
+    root = tmp_path / "machine"
+    (root / "sys/bus/pci/devices" / pci / "net" / host).mkdir(parents=True)
+    att = dataclasses.replace(attachment(links, state, host, mac, "net1"), pci_address=pci, virtual=False)
+    with process_in(pod_ns) as pid:
+        args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", host, "--name", "net1"]
+        out = run_hook(hook, pid, *args, "--mac", mac)
+        assert out.returncode == 0, out.stderr
+    subprocess.run(["ip", "netns", "del", pod_ns], check=True)
+    assert locate(att, str(root)).place == "pinned"
+    assert release(att, str(root)) == f"moved back from the pinned namespace as {host}"
+    link = host_link(host)
+    assert link is not None and link["address"] == mac
+    assert locate(att, str(root)) == Where("host", host)
 
 
 def test_release_renames_an_interface_the_kernel_renamed(links: Links, tmp_path: Path) -> None:
