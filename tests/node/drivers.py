@@ -123,7 +123,7 @@ def _use_synthetic(ds: dict[str, Any], kind: str, root: Path) -> None:
 def synthesize(root: Path, hostname: str) -> Synthetic:
     """`topodra synth` of the tier's machine, with real device nodes (mknod, sysfs numbers)."""
     cmd = [sys.executable, "-m", "topodra.drivers.cli.main", "synth", "--spec", str(MACHINE_SPEC)]
-    cmd += ["--output", str(root), "--hostname", hostname, "--force"]
+    cmd += ["--dest", str(root), "--hostname", hostname, "--force"]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"topodra synth failed: {done.stderr}")
@@ -270,6 +270,8 @@ class Drivers:
         return list(self.node.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items)
 
     def log(self, kind: str) -> str:
+        if kind not in daemonsets(self.objects):
+            return f"(no {kind} DaemonSet applied)"
         return "\n".join(self.node.pod_log(NAMESPACE, p.metadata.name, "driver") for p in self.pods(kind))
 
 

@@ -35,6 +35,7 @@ DEBIAN_MIRROR = os.environ.get("TOPODRA_DEBIAN_MIRROR", "http://deb.debian.org/d
 # libstdc++6: grpcio's extension links it (the python image has it, Debian's essential set not).
 DEBIAN_PACKAGES = ("python3", "libstdc++6", "iproute2", "util-linux", "mount", "libudev1", "pci.ids")
 DEBIAN_PYTHON = "3.11"
+DEBIAN_GLIBC_MINOR = 36  # bookworm's glibc 2.36
 # What the wheel is built from (as the Dockerfile and .dockerignore say).
 WHEEL_INPUTS = ("pyproject.toml", "README.md", "common", "drivers", "proto")
 _LAUNCHER = b"""#!/usr/bin/python3
@@ -188,11 +189,16 @@ def topodra_image(name: str, cache: Path = CACHE) -> BuiltImage:
             (wheel,) = (tmp / "wheels").glob("topodra-*.whl")
             tree = tmp / "tree"
             site = tree / "usr" / "local" / "lib" / f"python{DEBIAN_PYTHON}" / "dist-packages"
-            # Wheels for Debian's interpreter, whatever runs this: binary only, its version, glibc.
+            # Wheels for Debian's interpreter, whatever runs this: binary only, its Python version,
+            # every manylinux tag its glibc runs.
+            arch = os.uname().machine
+            platforms = [
+                f"--platform=manylinux_2_{minor}_{arch}" for minor in range(17, DEBIAN_GLIBC_MINOR + 1)
+            ]
             _pip(
                 "install", "--quiet", "--no-compile", "--target", str(site),
                 "--only-binary=:all:", f"--python-version={DEBIAN_PYTHON}", "--implementation=cp",
-                f"--platform=manylinux2014_{os.uname().machine}", "--platform=linux_" + os.uname().machine,
+                f"--platform=manylinux2014_{arch}", *platforms, f"--platform=linux_{arch}",
                 str(wheel), cwd=tmp,
             )  # fmt: skip
             shutil.rmtree(site / "bin", ignore_errors=True)
