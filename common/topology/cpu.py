@@ -1,19 +1,33 @@
 """CPUs, packages, cores and caches from sys/devices/system/cpu.
 
-Grouping follows the kernel's masks restricted to usable CPUs, never the id numbers, which repeat
-across dies or compute units and are -1 on s390/ppc. Where masks disagree (buggy firmware) each
-CPU is put in exactly one group: the group of the lowest CPU that claims it, so groups never
-overlap and a package always contains its cores.
+Grouping follows the kernel's masks restricted to usable CPUs, not the id numbers, which repeat
+across dies or compute units and are -1 on s390/ppc. Groups always partition the CPUs (no CPU in
+two packages, cores or caches of one level and type), and a package always contains its cores.
+
+Where the masks contradict each other (buggy firmware or a damaged capture: one CPU's package
+mask names a set that the CPUs it names do not name back), the kernel's id decides for the CPUs
+involved: each CPU has exactly one physical_package_id (one core_id within its package, die and
+cluster), which cannot half-overlap another the way two sets can, and the masks are built from
+those ids in the first place. hwloc instead drops the object whose set conflicts, which leaves
+CPUs outside every package; drivers need each CPU in exactly one socket. When a disputed CPU has
+no id (-1, missing), each CPU joins the group of the lowest CPU whose mask names it. Either way
+a warning names the CPUs and the rule used. Package ids are then unique: an id that two
+packages with agreeing masks both carry is kept by the lower and dropped (None) from the other.
+Dies are the (package, die_id) pairs, so they partition by construction; a core whose CPUs name
+different dies takes its lowest CPU's. A cache whose shared_cpu_map names CPUs that a cache of
+the same level and type read before already holds keeps only the others (the lowest CPU's cache
+wins; cache ids are too often absent to decide).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from topodra.common.topology.model import Cache, Core, Cpu, Package
 from topodra.common.topology.parse import (
     cached_cpumask,
+    compress,
     parse_cpulist,
     parse_int,
     parse_size,
@@ -150,6 +164,71 @@ def _partition(order: Iterable[int], mask_of: dict[int, frozenset[int]]) -> list
     return groups
 
 
+def _restricted(
+    masks: dict[int, frozenset[int] | None], keep_of: Callable[[int], frozenset[int]]
+) -> dict[int, frozenset[int]]:
+    """Each CPU's mask cut to its `keep_of` set, itself included. CPUs sharing a mask and a keep
+    set share one result object (the reader's memo hands out one mask object per text), so
+    comparing them is an identity check."""
+    memo: dict[tuple[int, int], frozenset[int]] = {}
+    out: dict[int, frozenset[int]] = {}
+    for n, m in masks.items():
+        if m is None:
+            continue
+        keep = keep_of(n)
+        cut = memo.get((id(m), id(keep)))
+        if cut is None:
+            cut = memo[(id(m), id(keep))] = m & keep
+        out[n] = cut if n in cut else cut | {n}
+    return out
+
+
+def _grouped(
+    r: SysfsReader,
+    order: list[int],
+    mask_of: dict[int, frozenset[int]],
+    key_of: dict[int, object],
+    what: str,
+    key_name: str,
+) -> list[tuple[int, ...]]:
+    """Disjoint groups by mask; where masks contradict each other, by the kernel's id (module doc)."""
+    groups = _partition([n for n in order if n in mask_of], mask_of)
+    disputed: set[int] = set()
+    example = ""
+    for g in groups:
+        first = mask_of[g[0]]
+        agree = len(first) == len(g) and all((m := mask_of[c]) is first or m == first for c in g)
+        if not agree:
+            disputed.update(g)
+            if not example:
+                odd = next((c for c in g if mask_of[c] != first), g[0])
+                example = (
+                    f"cpu{g[0]} names {compress(first)}, cpu{odd} names {compress(mask_of[odd])}"
+                    if odd != g[0]
+                    else f"cpu{g[0]} names {compress(first)}, which do not all name it back"
+                )
+    if not disputed:
+        return groups
+    keys = {key_of.get(c) for c in disputed}
+    if None in keys:
+        rule = "each CPU joins the group of the lowest CPU whose mask names it (not every one has an id)"
+        resolved = [g for g in groups if g[0] in disputed]
+    else:
+        # CPUs outside the dispute that carry a disputed id join it, so one id makes one group
+        disputed.update(c for c in mask_of if key_of.get(c) in keys)
+        by_key: dict[object, list[int]] = {}
+        for c in sorted(disputed):
+            by_key.setdefault(key_of[c], []).append(c)
+        rule = f"grouped by {key_name}, which the kernel gives each CPU once"
+        resolved = [tuple(v) for v in by_key.values()]
+    kept = [g for g in groups if not disputed.intersection(g)]
+    r.warn(
+        f"{CPU_DIR}/cpu{min(disputed)}/topology",
+        f"{what} masks contradict each other ({example}): CPUs {compress(disputed)} {rule}",
+    )
+    return sorted(kept + resolved)
+
+
 def _amd_compute_units(r: SysfsReader) -> bool:
     text = r.read("proc/cpuinfo")
     if text is None:
@@ -198,35 +277,60 @@ def read_topology(r: SysfsReader, presence: CpuPresence, numa_of: dict[int, int]
         )
     order = sorted(usable)
 
-    # Packages: by mask only. A CPU without any package mask belongs to no package (hwloc does
-    # the same); an id alone says nothing, it repeats across packages on some machines.
-    pkg_mask: dict[int, frozenset[int]] = {}
-    for n in order:
-        m = raw[n].package_mask
-        if m is not None:
-            pkg_mask[n] = frozenset(c for c in m if c in usable and raw[c].package_mask is not None) | {n}
+    # Packages: by mask. A CPU without any package mask belongs to no package (hwloc does the
+    # same); the id decides only where masks contradict each other (module doc).
+    with_mask = frozenset(n for n in order if raw[n].package_mask is not None)
+    pkg_mask = _restricted({n: raw[n].package_mask for n in order}, lambda n: with_mask)
+    pkg_key: dict[int, object] = {n: raw[n].package_id for n in order}
     packages: list[Package] = []
     package_of: dict[int, int] = {}
-    for group in _partition([n for n in order if n in pkg_mask], pkg_mask):
+    ids_seen: dict[int, int] = {}
+    for group in _grouped(r, order, pkg_mask, pkg_key, "package", "physical_package_id"):
         index = len(packages)
-        packages.append(Package(index=index, id=raw[group[0]].package_id, cpus=group))
+        pid = raw[group[0]].package_id
+        if pid is not None and pid in ids_seen:
+            r.warn(
+                f"{CPU_DIR}/cpu{group[0]}/topology/physical_package_id",
+                f"package id {pid} is also that of CPUs {compress(packages[ids_seen[pid]].cpus)}, "
+                f"whose masks keep them apart from CPUs {compress(group)}: the id is dropped here",
+            )
+            pid = None
+        elif pid is not None:
+            ids_seen[pid] = index
+        packages.append(Package(index=index, id=pid, cpus=group))
         for c in group:
             package_of[c] = index
 
     # Cores: by mask, inside the package; CPUs without any core mask get no core (as hwloc).
     amd_cu: bool | None = None
-    core_mask: dict[int, frozenset[int]] = {}
+    members_of: dict[int | None, list[int]] = {}
     for n in order:
-        m = raw[n].core_mask
-        if m is None:
-            continue
-        members = frozenset(c for c in m if c in usable and package_of.get(c) == package_of.get(n)) | {n}
-        core_mask[n] = members
+        if raw[n].core_mask is not None:
+            members_of.setdefault(package_of.get(n), []).append(n)
+    same_package = {p: frozenset(v) for p, v in members_of.items()}
+    core_mask = _restricted({n: raw[n].core_mask for n in order}, lambda n: same_package[package_of.get(n)])
+    core_key: dict[int, object] = {
+        n: None
+        if raw[n].core_id is None
+        else (package_of.get(n), raw[n].die_id, raw[n].cluster_id, raw[n].core_id)
+        for n in order
+    }
     types = _core_types(r, usable)
     cores: list[Core] = []
     core_of: dict[int, int] = {}
-    groups = _partition([n for n in order if n in core_mask], core_mask)
+    groups = _grouped(r, order, core_mask, core_key, "core", "package, die, cluster and core_id")
+    die_of: dict[int, int | None] = {}
     for group in groups:
+        die = raw[group[0]].die_id
+        odd = [c for c in group if raw[c].die_id != die]
+        if odd:
+            r.warn(
+                f"{CPU_DIR}/cpu{odd[0]}/topology/die_id",
+                f"CPUs {compress(group)} share a core but not a die: the core's lowest CPU's die "
+                f"({die}) is taken for CPUs {compress(odd)}",
+            )
+            for c in odd:
+                die_of[c] = die
         split = [group]
         if len(group) > 1:
             ids = {raw[c].core_id for c in group}
@@ -261,7 +365,7 @@ def read_topology(r: SysfsReader, presence: CpuPresence, numa_of: dict[int, int]
                 usable=n in usable,
                 package=package_of.get(n),
                 package_id=rw.package_id if rw else None,
-                die_id=rw.die_id if rw else None,
+                die_id=die_of.get(n, rw.die_id) if rw else None,
                 cluster_id=rw.cluster_id if rw else None,
                 core=core_of.get(n),
                 core_id=rw.core_id if rw else None,
@@ -280,6 +384,8 @@ def _read_caches(
     # indexN is that cache (the kernel builds both maps from one cache leaf), so it is not re-read.
     covered: dict[str, set[int]] = {}
     seen: dict[tuple[int, str, tuple[int, ...]], Cache] = {}
+    # CPUs each (level, type) already has a cache for: caches of one kind partition the CPUs
+    owned: dict[tuple[int, str], set[int]] = {}
     for n in order:
         base = f"{CPU_DIR}/cpu{n}/cache"
         names = sorted((int(m.group(1)), e.name) for e in r.scandir(base) if (m := _INDEX_NAME.match(e.name)))
@@ -323,6 +429,20 @@ def _read_caches(
             ckey = (level, ctype, cpu_tuple)
             if ckey in seen:
                 continue
+            mine = owned.setdefault((level, ctype), set())
+            if not mine.isdisjoint(cpus):
+                rest = cpus - mine
+                r.warn(
+                    f"{d}/shared_cpu_map",
+                    f"names CPUs {compress(cpus & mine)} that an L{level} {ctype} cache read before "
+                    f"already holds: they stay there (the lowest CPU's cache wins), this cache keeps "
+                    f"{compress(rest) or 'none'}",
+                )
+                if not rest:
+                    continue
+                cpu_tuple = tuple(sorted(rest))
+                ckey = (level, ctype, cpu_tuple)
+            mine.update(cpu_tuple)
             seen[ckey] = Cache(
                 level=level,
                 type=ctype,

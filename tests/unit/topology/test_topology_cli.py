@@ -199,3 +199,22 @@ def test_a_function_whose_place_is_unknown_has_no_chain_in_json_nor_locality_in_
     lost_attrs, placed = devices["pci-0000-07-00-0"], devices["pci-0000-03-00-0"]
     assert "resource.kubernetes.io/pcieRoot" in placed and "topology.topodra.io/pcieSwitch" in placed
     assert not [k for k in lost_attrs if k.endswith(("/pcieRoot", "/pcieSwitch"))], lost_attrs
+
+
+def test_slices_socket_follows_packages_resolved_from_contradicting_masks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.unit.topology.sysfs_tree import CPU, mask
+
+    tree = basic_machine(tmp_path, cpus=8, packages=2)
+    tree.file(f"{CPU}/cpu0/topology/package_cpus", mask([0, 1]))  # CPUs 1-3 and the ids say 0-3
+    argv = ["slices", "--driver", "cpu", "--cpu-device-granularity", "core", "--sysfs-root", str(tmp_path)]
+    assert main([*argv, "-o", "json"]) == 0
+    socket_of = {
+        int(d["attributes"]["cpu.topodra.io/cpus"]["string"]): d["attributes"]["topology.topodra.io/socket"][
+            "int"
+        ]
+        for s in json.loads(capsys.readouterr().out)["items"]
+        for d in s["spec"]["devices"]
+    }
+    assert socket_of == {n: n // 4 for n in range(8)}  # two sockets, as the machine has

@@ -315,3 +315,79 @@ def test_a_fifo_where_a_file_should_be_does_not_hang(tmp_path: Path) -> None:
     t = discover(tmp_path)
     assert cpu(t, 1).core_id is None
     assert t.packages[0].cpus == (0, 1)
+
+
+# --- the kernel contradicting itself: groups still partition the CPUs, with a warning -------------
+
+
+def _packages(t: Topology) -> list[tuple[int | None, tuple[int, ...]]]:
+    return [(p.id, p.cpus) for p in t.packages]
+
+
+def test_a_package_mask_contradicting_its_id_and_its_siblings_is_overruled_by_the_id(tmp_path: Path) -> None:
+    tree = basic_machine(tmp_path, cpus=8, packages=2)
+    # cpu0's mask says {0,1}; its list file, its id and CPUs 1-3 (masks and ids) say {0-3}
+    tree.file(f"{CPU}/cpu0/topology/package_cpus", mask([0, 1]))
+    tree.file(f"{CPU}/cpu0/topology/package_cpus_list", "0-3")
+    t = discover(tmp_path)
+    assert _packages(t) == [(0, (0, 1, 2, 3)), (1, (4, 5, 6, 7))]  # was (0,(0,1)), (0,(2,3)), (1,...)
+    assert [t.package_of_cpu(n).index for n in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]  # type: ignore[union-attr]
+    (w,) = [w for w in t.warnings if "package masks contradict" in w.message]
+    assert w.path == f"{CPU}/cpu0/topology"
+    assert "cpu0 names 0-1" in w.message and "CPUs 0-3 grouped by physical_package_id" in w.message
+    for core in t.cores:  # cores still nest in their package
+        assert core.package is not None and set(core.cpus) <= set(t.packages[core.package].cpus)
+
+
+def test_contradicting_masks_without_ids_fall_back_on_the_lowest_cpu(tmp_path: Path) -> None:
+    tree = Tree(tmp_path)
+    for n in range(4):
+        tree.cpu(n, package=-1, core=n, package_cpus=[0, 1] if n == 0 else range(4), core_cpus=[n])
+    t = discover(tmp_path)
+    assert _packages(t) == [(None, (0, 1)), (None, (2, 3))]
+    assert any("the lowest CPU whose mask names it" in w.message for w in t.warnings), t.warnings
+
+
+def test_one_package_id_on_two_packages_whose_masks_agree_is_kept_once(tmp_path: Path) -> None:
+    tree = Tree(tmp_path)
+    for n in range(4):
+        tree.cpu(n, package=0, core=n, package_cpus=[0, 1] if n < 2 else [2, 3], core_cpus=[n])
+    t = discover(tmp_path)
+    assert _packages(t) == [(0, (0, 1)), (None, (2, 3))]  # unique ids; the masks keep them apart
+    assert warned(t, "cpu2/topology/physical_package_id")
+
+
+def test_a_core_mask_contradicting_its_siblings_is_overruled_by_the_core_id(tmp_path: Path) -> None:
+    tree = Tree(tmp_path)
+    for n in range(4):  # SMT pairs (0,1) core 0 and (2,3) core 1; cpu0 names only itself
+        tree.cpu(
+            n,
+            package=0,
+            core=n // 2,
+            package_cpus=range(4),
+            core_cpus=[n] if n == 0 else [n - n % 2, n - n % 2 + 1],
+        )
+    t = discover(tmp_path)
+    assert [(c.id, c.cpus) for c in t.cores] == [(0, (0, 1)), (1, (2, 3))]  # was (0,(0,)), (0,(1,)), ...
+    assert any("core masks contradict" in w.message for w in t.warnings), t.warnings
+
+
+def test_a_core_across_two_dies_takes_its_lowest_cpus_die(tmp_path: Path) -> None:
+    tree = Tree(tmp_path)
+    for n in range(4):
+        die = 1 if n == 1 else n // 2
+        tree.cpu(
+            n, package=0, core=n // 2, die=die, package_cpus=range(4), core_cpus=[n - n % 2, n - n % 2 + 1]
+        )
+    t = discover(tmp_path)
+    assert [c.die_id for c in t.cpus] == [0, 0, 1, 1]
+    assert warned(t, "cpu1/topology/die_id")
+
+
+def test_overlapping_caches_of_one_level_are_cut_to_a_partition(tmp_path: Path) -> None:
+    tree = basic_machine(tmp_path, cpus=4)
+    tree.file(f"{CPU}/cpu0/cache/index3/shared_cpu_map", mask([0, 1]))  # cpu2's says 0-3
+    t = discover(tmp_path)
+    assert [c.cpus for c in t.caches_at(3)] == [(0, 1), (2, 3)]  # was (0,1) and (0,1,2,3)
+    assert cache(t, 0, 3).cpus == (0, 1) and cache(t, 3, 3).cpus == (2, 3)
+    assert warned(t, "cpu2/cache/index3/shared_cpu_map")
