@@ -146,6 +146,10 @@ def new_api_client(kubeconfig: str | None = None) -> Any:
 
         load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, CONNECTION_POOL_SIZE)
+    # No urllib3 retries under ours: every caller (publisher, claim source, status writer) has
+    # its own backoff and its own log line; urllib3's 3 silent extra tries only multiplied the
+    # wait and the warnings of one unreachable API server.
+    cfg.retries = 0
     return client.ApiClient(cfg)
 
 

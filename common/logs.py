@@ -51,6 +51,9 @@ def setup(level: int | str = logging.INFO, stream: TextIO | None = None) -> None
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # One retry layer, ours (it logs what failed, naming the driver and the object): urllib3's
+    # own "Retrying (Retry(total=2...))" warnings would repeat each failure three more times.
+    logging.getLogger("urllib3").setLevel(max(logging.ERROR, root.level))
 
 
 class Logger:

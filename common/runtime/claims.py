@@ -128,6 +128,7 @@ class ReconcileReport:
     unreachable: bool
     suspected: list[str] = field(default_factory=list)  # NotFound once: unprepared if seen again
     aborted: bool = False  # every claim NotFound: round not believed
+    contacted: bool = False  # the API server was asked at all (not when no claim is prepared)
 
 
 class _Metrics:
@@ -729,6 +730,7 @@ class ClaimManager:
         report = ReconcileReport(unprepared=[], kept=[], unreachable=False)
         answers: list[tuple[ClaimRecord, Mapping[str, Any] | None]] = []  # None: NotFound
         for rec in snapshot:
+            report.contacted = True
             try:
                 answers.append((rec, self._reconcile_read(rec)))
             except ClaimUnusable as e:

@@ -50,11 +50,13 @@ class DriverService:
     def start(self) -> None:
         report = self.claims.start()
         log = logs.get(__name__, driver=self.plugin.driver.name)
+        # api_reachable says what an API call answered: null when none was made (no claim
+        # to check), never a true that no call backs up
         log.info(
             "claims recovered",
             prepared=len(self.claims.prepared()),
             unprepared_by_reconcile=len(report.unprepared),
-            api_reachable=not report.unreachable,
+            api_reachable=(not report.unreachable) if report.contacted else None,
         )
         self.claims.start_reconciler(self.reconcile_interval)
         try:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -72,3 +75,49 @@ def test_unreadable_kubeconfig_is_a_configuration_error(tmp_path: Path) -> None:
 def test_unknown_kind_is_refused_by_the_parser() -> None:
     result = serve("gpu", "--node-name", "n1")
     assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+def test_an_unreachable_api_server_is_logged_by_our_retry_layer_only(tmp_path: Path) -> None:
+    """One retry layer: urllib3 neither retries under ours nor logs its own 'Retrying (Retry(...))'
+    warnings, and `api_reachable` is not claimed true when no call was made."""
+    from topodra.common.synth import build, load_spec
+
+    root = tmp_path / "machine"
+    build(load_spec("1s-4acc"), root, force=True)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        'clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]\n'
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "POD_UID")}
+    argv = [sys.executable, "-m", "topodra.drivers.cli.main", "serve", "cpu", "--node-name", "n1"]
+    kubelet = Path(tempfile.mkdtemp(prefix="ux-", dir="/tmp"))  # socket paths must stay short
+    argv += ["--sysfs-root", str(root), "--kubelet-root-dir", str(kubelet)]
+    argv += ["--cdi-root", str(tmp_path / "cdi"), "--cpu-hook-dir", str(tmp_path / "hooks")]
+    argv += ["--kubeconfig", str(kubeconfig)]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=environ)
+    assert proc.stderr is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    # until our layer has failed three times (urllib3's warnings came with each of them)
+    while time.monotonic() < deadline and sum('"slice watch failed' in x for x in seen) < 3:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+    proc.terminate()
+    _, rest = proc.communicate(timeout=30)
+    err = "".join(seen) + rest
+    lines = [json.loads(x) for x in err.splitlines() if x.startswith("{")]
+    assert not [x for x in lines if x["logger"].startswith("urllib3")], err
+    failures = [x for x in lines if x["logger"].startswith("topodra") and x["level"] == "warning"]
+    assert failures, f"our own layer says that the API server cannot be reached:\n{err[-3000:]}"
+    (recovered,) = [x for x in lines if x["msg"] == "claims recovered"]
+    assert recovered["api_reachable"] is None  # nothing was asked, so nothing is claimed
+
+    from topodra.common import kube
+
+    assert kube.new_api_client(str(kubeconfig)).configuration.retries == 0
+    shutil.rmtree(kubelet, ignore_errors=True)
