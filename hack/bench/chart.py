@@ -83,3 +83,19 @@ def placement_chart(results: Sequence[Mapping[str, Any]], labels: Sequence[str])
     groups = [name for name, _ in per[0]]
     series = [(label, [v for _, v in m]) for label, m in zip(labels, per, strict=True)]
     return bar_chart(groups, series, "PLACEMENT ON THE REAL SCHEDULER (PERCENT)")
+
+
+def churn_chart(churn: Mapping[str, Any], labels: Mapping[str, str], total: int, points: int = 8) -> bytes:
+    """Stranded accelerators (percent of all) at evenly spaced events of the churn phase, per arm."""
+    arms = [s for s in labels if s in churn]
+    events = max(t[0] for s in arms for t in churn[s]["timeline"])
+    marks = sorted({round(i * events / (points - 1)) for i in range(points)})
+    groups = [f"EVENT {m}" for m in marks]
+    series = []
+    for s in arms:
+        values = []
+        for m in marks:
+            row = [t for t in churn[s]["timeline"] if t[0] <= m][-1]
+            values.append(100.0 * row[4] / max(1, total))
+        series.append((labels[s], values))
+    return bar_chart(groups, series, "STRANDED ACCELERATORS DURING CHURN (PERCENT OF ALL)")

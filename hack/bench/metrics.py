@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hack.bench.fallback import level_of
 from hack.bench.inventory import ACCELERATOR, CPU, NIC, Dev, Machine
 from hack.bench.workload import Job
 
@@ -29,6 +30,9 @@ class Placement:
     accelerators: tuple[Dev, ...]
     nics: tuple[Dev, ...]
     cpus: tuple[tuple[Dev, int], ...]
+    # the fallback level each accelerator's result records ("switch", "numa-rails", ...): only
+    # claims with prioritized lists (scenario C) have them
+    levels: tuple[str, ...] = ()
 
 
 def placement_from_results(
@@ -38,6 +42,7 @@ def placement_from_results(
     accs: list[Dev] = []
     nics: list[Dev] = []
     cpus: list[tuple[Dev, int]] = []
+    levels: list[str] = []
     for r in results:
         driver, name = str(r["driver"]), str(r["device"])
         if r.get("pool") not in (None, node):
@@ -47,6 +52,9 @@ def placement_from_results(
         dev = machine.device(driver, name)
         if driver == ACCELERATOR:
             accs.append(dev)
+            level = level_of(str(r.get("request", "")))
+            if level is not None:
+                levels.append(level)
         elif driver == NIC:
             nics.append(dev)
         elif driver == CPU:
@@ -54,7 +62,7 @@ def placement_from_results(
             cpus.append((dev, int(str(consumed)) if consumed is not None else dev.cpus))
         else:
             raise ValueError(f"{job.name}: unexpected driver {driver!r} in the allocation")
-    return Placement(job, node, tuple(accs), tuple(nics), tuple(cpus))
+    return Placement(job, node, tuple(accs), tuple(nics), tuple(cpus), tuple(levels))
 
 
 def distance(acc: Dev, nic: Dev) -> int:
@@ -238,6 +246,57 @@ def stranded_count(
     return Stranded(fa, fn, sa, sn)
 
 
+def usable_by_one(machine: Machine, free: Free, scenario: str, cpus_per_accelerator: int) -> bool:
+    """Whether a 1-accelerator job with the scenario's claim fits in what is free on a node."""
+    from hack.bench.workload import ALIGNED
+
+    if scenario == ALIGNED:
+        return aligned_pairs_possible(machine, free, cpus_per_accelerator) > 0
+    return count_fits(machine, free, Job(0, 1, cpus_per_accelerator))
+
+
+def stranded_for(
+    scenario: str, nodes: Mapping[str, Machine], free: Mapping[str, Free], cpus_per_accelerator: int
+) -> int:
+    """Free accelerators on nodes where not even a 1-accelerator job of the scenario fits.
+
+    C's last level asks no more than A's claim, so C strands what A strands; B strands every
+    free accelerator without a free NIC on its switch (and CPUs on its NUMA node). Used for
+    the churn phase, where the pending jobs are whatever arrives next.
+    """
+    return sum(
+        len(free[n].accelerators)
+        for n, m in nodes.items()
+        if free[n].accelerators and not usable_by_one(m, free[n], scenario, cpus_per_accelerator)
+    )
+
+
+def avoidable_cross_socket(nodes: Mapping[str, Machine], placements: Sequence[Placement]) -> int:
+    """Accelerator-NIC pairs that cross sockets although the node, just before the job, had
+    free accelerators and NICs to build that many more same-socket pairs.
+
+    Replays the placements in the order they were made. Per job: m = same-socket pairs the free
+    devices allowed (sum over sockets of min(free accelerators, free NICs), at most the job's
+    pairs); the job's own same-socket pairs j; max(0, m - j) of its cross pairs were avoidable.
+    """
+    taken: dict[str, list[Placement]] = {n: [] for n in nodes}
+    avoidable = 0
+    for p in placements:
+        machine = nodes[p.node]
+        f = free_on_node(machine, taken[p.node])
+        sockets = {d.socket for d in f.accelerators} | {d.socket for d in f.nics}
+        possible = sum(
+            min(sum(1 for d in f.accelerators if d.socket == s), sum(1 for d in f.nics if d.socket == s))
+            for s in sockets
+            if s is not None
+        )
+        pairs = best_pairing(p.accelerators, p.nics)
+        same = sum(1 for a, n in pairs if a.socket is not None and a.socket == n.socket)
+        avoidable += max(0, min(len(pairs), possible) - same)
+        taken[p.node].append(p)
+    return avoidable
+
+
 # ----- latency and the misalignment cost model --------------------------------------------
 
 
@@ -316,8 +375,13 @@ def summarize(
     bound = list(timing.bound.values())
     alloc = list(timing.allocated.values())
     unsched = list(timing.unschedulable.values())
+    levels = Counter(lv for p in placements for lv in p.levels)
+    pair_levels = Counter(LEVEL_NAMES[s.level] for s in scores)
     return {
         "scenario": scenario,
+        "claim_levels": dict(levels),
+        "pair_levels": {name: pair_levels.get(name, 0) for name in LEVEL_NAMES},
+        "avoidable_cross_socket": avoidable_cross_socket(nodes, placements),
         "jobs": len(jobs),
         "jobs_submitted": len(submitted),
         "jobs_placed": len(placements),

@@ -32,6 +32,16 @@ def _machine(r: Mapping[str, Any], kind: str) -> str:
     return f"{sum(c[0] for c in cells)} of {sum(c[1] for c in cells)}"
 
 
+def _levels(r: Mapping[str, Any]) -> str:
+    got = r.get("pair_levels") or {}
+    return " / ".join(str(got.get(k, 0)) for k in ("switch", "root", "NUMA", "socket", "cross-socket"))
+
+
+def _claim_levels(r: Mapping[str, Any]) -> str:
+    got = r.get("claim_levels") or {}
+    return ", ".join(f"{k} {v}" for k, v in sorted(got.items(), key=lambda kv: -kv[1])) or "-"
+
+
 def _size_latency(r: Mapping[str, Any], key: str) -> str:
     by = r.get("bound_ms_by_size", {})
     return (
@@ -56,6 +66,12 @@ ROWS: Sequence[Row] = (
     ("pairs + job CPUs on one NUMA node", lambda r: pct(r["aligned_numa"])),
     ("pairs + job CPUs on one socket", lambda r: pct(r["aligned_socket"])),
     ("accelerator-NIC pairs crossing sockets", lambda r: str(r["pairs_cross_socket"])),
+    (
+        "... of them where the node had free same-socket pairs",
+        lambda r: str(r.get("avoidable_cross_socket", "n/a")),
+    ),
+    ("pairs by level: switch / root / NUMA / socket / cross", lambda r: _levels(r)),
+    ("fallback level the claims recorded (per accelerator)", lambda r: _claim_levels(r)),
     ("accelerators with no job CPU on their socket", lambda r: str(r["accelerators_cpu_remote"])),
     ("free accelerators / NICs at the end", lambda r: f"{r['free_accelerators']} / {r['free_nics']}"),
     (
@@ -108,10 +124,12 @@ def model_text(model: CostModel) -> str:
 
 
 def repeat_table(repeats: Sequence[Mapping[str, Any]]) -> str:
-    """One row per seed, A / B side by side in each cell, then latency pooled over every seed."""
+    """One row per seed, the scenarios side by side in each cell, then latency pooled over every seed."""
+    arms = " / ".join("ABCDEFG"[i] for i in range(len(repeats[0]["results"]))) if repeats else "A / B"
     head = (
-        "| seed | jobs | placed A / B | accelerators A / B | pairs on one switch A / B "
-        "| pairs crossing sockets A / B | stranded accelerators A / B | nodeName p50 / p99 A; B |"
+        f"| seed | jobs | placed {arms} | accelerators {arms} | pairs on one switch {arms} "
+        f"| pairs crossing sockets {arms} | stranded accelerators {arms} "
+        f"| nodeName p50 / p99 {arms.replace(' /', ';')} |"
     )
     lines = [head, "|---|---|---|---|---|---|---|---|"]
     pooled: dict[str, list[float]] = {}

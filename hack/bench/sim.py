@@ -190,7 +190,9 @@ class Watcher:
 
         pods = api_resource(self._dyn["Pod"], "Pod", "v1")
         claims = api_resource(self._dyn["ResourceClaim"], "ResourceClaim")
-        probe = "watch-probe"
+        probe = (
+            f"watch-probe-{threading.get_ident() % 100000:05d}-{int(time.monotonic() * 1000) % 100000:05d}"
+        )
         request = {"name": "probe", "exactly": {"deviceClassName": "cpu.topodra.io"}}
         claim = {"metadata": {"name": probe}, "spec": {"devices": {"requests": [request]}}}
         claims.create(body=claim, namespace=self._ns)
@@ -400,3 +402,113 @@ def machines_summary(cluster: Cluster) -> Mapping[str, int]:
     for kind in cluster.kinds.values():
         out[kind] = out.get(kind, 0) + 1
     return out
+
+
+# ----- churn: jobs finish at random while new ones arrive ------------------------------------
+
+
+@dataclass
+class ChurnRun:
+    scenario: str
+    # per event: (event index, "finish" | "arrive", accelerators placed, free, stranded)
+    timeline: list[tuple[int, str, int, int, int]]
+    arrivals: int
+    rejected: int  # arrivals the scheduler found no room for
+    seconds: float
+
+
+def _wait_gone(cp: Any, ns: str, name: str, timeout: float = 60.0) -> None:
+    res = k8s.ResourceV1Api(cp.api_client())
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            res.read_namespaced_resource_claim(name, ns)
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{ns}/{name}: claim still there after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def run_churn(
+    cp: Any,
+    cluster: Cluster,
+    scenario: str,
+    fill: Sequence[Job],
+    arrivals: Sequence[Job],
+    namespace: str,
+    *,
+    seed: int,
+    events: int,
+    finish_share: float = 0.5,
+    timeout: float = 60.0,
+) -> ChurnRun:
+    """Fills the cluster with `fill` (as run_scenario), then `events` events: with probability
+    `finish_share` a running job (chosen at random) finishes and its claim is deleted, else the
+    next job of `arrivals` is submitted (deleted at once when it finds no room). After every
+    event the free and stranded accelerators are recorded (metrics.stranded_for)."""
+    import random
+
+    from hack.bench.metrics import free_on_node, stranded_for
+
+    base = run_scenario(cp, cluster, scenario, fill, namespace, timeout=timeout)
+    running: dict[str, Placement] = {p.job.name: p for p in base.placements}
+    dyn = cp.dynamic
+    from tests.controlplane.cluster import api_resource
+
+    pods, claims = api_resource(dyn, "Pod", "v1"), api_resource(dyn, "ResourceClaim")
+    rng, pick = random.Random(seed), random.Random(seed + 1)  # what happens; which job finishes
+    cpa = fill[0].cpus_per_accelerator if fill else 4
+    timeline: list[tuple[int, str, int, int, int]] = []
+    seen = Observed()
+    rejected = arrived = 0
+    queue = list(arrivals)
+    began = time.monotonic()
+
+    def record(i: int, what: str) -> None:
+        by_node: dict[str, list[Placement]] = {n: [] for n in cluster.nodes}
+        for p in running.values():
+            by_node[p.node].append(p)
+        free = {n: free_on_node(m, by_node[n]) for n, m in cluster.nodes.items()}
+        placed = sum(len(p.accelerators) for p in running.values())
+        free_acc = sum(len(f.accelerators) for f in free.values())
+        timeline.append((i, what, placed, free_acc, stranded_for(scenario, cluster.nodes, free, cpa)))
+
+    record(0, "filled")
+    with Watcher(cp, namespace, seen):
+        for i in range(1, events + 1):
+            if running and (rng.random() < finish_share or not queue):
+                name = pick.choice(sorted(running))
+                _delete_job(cp, namespace, name)
+                _wait_gone(cp, namespace, name)
+                del running[name]
+                record(i, "finish")
+                continue
+            job = queue.pop(0)
+            arrived += 1
+            claims.create(body=claim_body(job, scenario), namespace=namespace)
+            with seen.changed:
+                seen.created[job.name] = time.monotonic()
+            pods.create(body=pod_body(job), namespace=namespace)
+
+            def verdict(name: str = job.name) -> bool:
+                return (name in seen.bound and name in seen.allocated) or name in seen.unschedulable
+
+            with seen.changed:
+                if not seen.changed.wait_for(verdict, timeout):
+                    raise TimeoutError(
+                        f"churn {scenario} {job.name}: no scheduling verdict in {timeout:.0f} s"
+                    )
+                ok = job.name in seen.bound and job.name in seen.allocated
+            if ok:
+                node = seen.bound[job.name][1]
+                results = seen.allocated[job.name][1]
+                running[job.name] = placement_from_results(job, node, cluster.nodes[node], results)
+            else:
+                rejected += 1
+                _delete_job(cp, namespace, job.name)
+                _wait_gone(cp, namespace, job.name)
+            record(i, "arrive")
+    return ChurnRun(scenario, timeline, arrived, rejected, time.monotonic() - began)

@@ -172,10 +172,9 @@ def placement_rows(d: Figures | None) -> list[Row]:
     results = _get(d, "results") or []
     if len(results) < 2:
         return [Row("placement", "placement study", "not run", source=src)]
-    a, b = results[0], results[1]
 
     def both(fmt: Callable[[Mapping[str, Any]], str]) -> str:
-        return f"A {fmt(a)} / B {fmt(b)}"
+        return " / ".join(f"{'ABC'[i]} {fmt(r)}" for i, r in enumerate(results[:3]))
 
     def share(key: str) -> Callable[[Mapping[str, Any]], str]:
         return lambda r: "n/a" if r.get(key) is None else f"{100 * r[key]:.0f} %"
@@ -187,7 +186,13 @@ def placement_rows(d: Figures | None) -> list[Row]:
         return p50_p99(r.get("bound_p50_ms"), r.get("bound_p99_ms"), ".0f")
 
     return [
-        Row("placement", "jobs placed (A count-only / B aligned)", both(count("jobs_placed")), "", src),
+        Row(
+            "placement",
+            "jobs placed (A count-only / B aligned / C best locality)",
+            both(count("jobs_placed")),
+            "",
+            src,
+        ),
         Row("placement", "accelerators allocated", both(count("accelerators_placed")), "", src),
         Row("placement", "accelerator-NIC pairs on one PCIe switch", both(share("aligned_switch")), "", src),
         Row(

@@ -1,7 +1,8 @@
 """The placement study's workload: a seeded mix of jobs, and the claims each scenario submits.
 
-Pure functions only, so tests/bench checks the shapes without a cluster and both scenarios are
-guaranteed to submit the same jobs in the same order; only the claim's constraints differ.
+Pure functions only, so tests/bench checks the shapes without a cluster and every scenario is
+guaranteed to submit the same jobs in the same order; only the claim differs: A count-only, B
+strict pairs, C best locality with fallback (hack/bench/fallback.py, the shipped templates).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from hack.bench.fallback import best_locality_spec
 
 SIZES = (1, 2, 4, 8)
 # Share of jobs (by count) wanting 1, 2, 4 or 8 accelerators.
@@ -25,7 +28,8 @@ NUMA = "resource.kubernetes.io/numaNode"
 
 COUNT_ONLY = "count-only"
 ALIGNED = "aligned"
-SCENARIOS = (COUNT_ONLY, ALIGNED)
+BEST = "best-locality"
+SCENARIOS = (COUNT_ONLY, ALIGNED, BEST)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +136,8 @@ def claim_body(job: Job, scenario: str) -> dict[str, Any]:
         spec = count_only_spec(job)
     elif scenario == ALIGNED:
         spec = aligned_spec(job)
+    elif scenario == BEST:
+        spec = best_locality_spec(job.accelerators, job.cpus_per_accelerator)
     else:
         raise ValueError(f"unknown scenario {scenario!r}; expected one of {SCENARIOS}")
     return {

@@ -248,3 +248,46 @@ def test_summarize_breaks_down_by_machine_and_size(machines: dict[str, Machine])
     assert r["accelerators_by_machine"] == {"synth:2s-8acc-8nic": [0, 8], "synth:2s-8acc-8nic-snc2": [2, 8]}
     assert r["bound_ms_by_size"]["2"] == {"p50": pytest.approx(200), "max": pytest.approx(200)}
     assert r["bound_ms_by_size"]["1"] == {"p50": None, "max": None}
+
+
+def _two_socket() -> Machine:
+    return Machine(
+        "test",
+        (
+            acc("a0", "s0", "r0", 0, 0),
+            acc("a1", "s1", "r1", 1, 1),
+            nic("n0", "s0", "r0", 0, 0),
+            nic("n1", "s1", "r1", 1, 1),
+            cpu("c0", 0, 0, 8),
+            cpu("c1", 1, 1, 8),
+        ),
+    )
+
+
+def test_avoidable_cross_socket_pairs_are_replayed_in_order() -> None:
+    from hack.bench.metrics import Placement, avoidable_cross_socket
+
+    m = _two_socket()
+    crossed = Placement(Job(0, 1), "n", (m.device(ACCELERATOR, "a0"),), (m.device(NIC, "n1"),), ())
+    # the first job crossed sockets while a0-n0 was free: avoidable
+    assert avoidable_cross_socket({"n": m}, [crossed]) == 1
+    # a1 with n0 first (itself avoidable), then a0 can only have n1: that crossing was forced
+    first = Placement(Job(1, 1), "n", (m.device(ACCELERATOR, "a1"),), (m.device(NIC, "n0"),), ())
+    assert avoidable_cross_socket({"n": m}, [first, crossed]) == 1  # first itself was avoidable
+    aligned = Placement(Job(2, 1), "n", (m.device(ACCELERATOR, "a1"),), (m.device(NIC, "n1"),), ())
+    took_n0 = Placement(Job(3, 1), "n", (), (m.device(NIC, "n0"),), ())
+    later = Placement(Job(4, 1), "n", (m.device(ACCELERATOR, "a0"),), (), ())
+    assert avoidable_cross_socket({"n": m}, [aligned, took_n0, later]) == 0
+
+
+def test_stranded_for_each_scenario() -> None:
+    from hack.bench.metrics import Placement, free_on_node, stranded_for
+    from hack.bench.workload import ALIGNED, BEST, COUNT_ONLY
+
+    m = _two_socket()
+    # a job took a0 with n1 (a cross-socket pair): a1 stays free without a NIC on its switch
+    taken = [Placement(Job(0, 1), "n", (m.device(ACCELERATOR, "a0"),), (m.device(NIC, "n1"),), ())]
+    free = {"n": free_on_node(m, taken)}
+    assert stranded_for(COUNT_ONLY, {"n": m}, free, 4) == 0  # a1 + n0 still make a count-only job
+    assert stranded_for(BEST, {"n": m}, free, 4) == 0
+    assert stranded_for(ALIGNED, {"n": m}, free, 4) == 1  # no NIC on a1's switch
