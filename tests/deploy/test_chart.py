@@ -17,7 +17,7 @@ import yaml
 from topodra.drivers.cli.main import build_parser
 
 from tests.conftest import REPO
-from tests.deploy.render import CHART, RELEASE_LABELS, Tools, daemonsets, driver_container
+from tests.deploy.render import CHART, RELEASE_LABELS, Tools, check_daemonset, daemonsets, driver_container
 
 BAD_VALUES = [
     (["--set", "cpu.deviceGranularity=socket"], "/cpu/deviceGranularity"),
@@ -29,6 +29,7 @@ BAD_VALUES = [
     (["--set", "nic.stateDir=relative/dir"], "/nic/stateDir"),
     (["--set", "nic.nodeIPs={not an ip}"], "/nic/nodeIPs/0"),
     (["--set", "logLevel=loud"], "/logLevel"),
+    (["--set", "check.interval=1"], "/check/interval"),
     (["--set", "kubeletRootDir=var/lib/kubelet"], "/kubeletRootDir"),
     (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
     (["--set", "cpu.granularity=core"], "additional properties 'granularity' not allowed"),
@@ -103,14 +104,21 @@ def test_metrics_service_and_service_monitor(tools: Tools) -> None:
         "--set", "nic.enabled=false",
     )  # fmt: skip
     services = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Service"}
-    assert set(services) == {"topodra-cpu-driver-metrics", "topodra-accelerator-driver-metrics"}
-    dss = daemonsets(objs)
-    for kind, ds in dss.items():
-        svc = services[f"topodra-{kind}-driver-metrics"]
+    assert set(services) == {
+        "topodra-cpu-driver-metrics",
+        "topodra-accelerator-driver-metrics",
+        "topodra-check-metrics",  # the node check's topodra_check_* series
+    }
+    dss = {f"topodra-{kind}-driver-metrics": ds for kind, ds in daemonsets(objs).items()}
+    dss["topodra-check-metrics"] = check_daemonset(objs)
+    for name, ds in dss.items():
+        svc = services[name]
         pod_labels = ds["spec"]["template"]["metadata"]["labels"]
         assert svc["spec"]["selector"].items() <= pod_labels.items()
         (port,) = svc["spec"]["ports"]
-        ports = {p["name"]: p["containerPort"] for p in driver_container(ds)["ports"]}
+        ports = {
+            p["name"]: p["containerPort"] for p in ds["spec"]["template"]["spec"]["containers"][0]["ports"]
+        }
         assert port["targetPort"] == "metrics" and port["port"] == ports["metrics"]
     (monitor,) = [o for o in objs if o["kind"] == "ServiceMonitor"]
     assert monitor["metadata"]["labels"]["release"] == "prom"
