@@ -100,7 +100,7 @@ def _opt(out: dict[str, Any], key: str, value: Any) -> None:
         out[key] = value
 
 
-def _allocated_to_json(a: AllocatedDevice) -> dict[str, Any]:
+def allocated_to_json(a: AllocatedDevice) -> dict[str, Any]:
     out: dict[str, Any] = {"request": a.request, "pool": a.pool, "device": a.device}
     _opt(out, "shareID", a.share_id)
     _opt(out, "adminAccess", a.admin_access)
@@ -108,7 +108,7 @@ def _allocated_to_json(a: AllocatedDevice) -> dict[str, Any]:
     return out
 
 
-def _allocated_from_json(d: Mapping[str, Any]) -> AllocatedDevice:
+def allocated_from_json(d: Mapping[str, Any]) -> AllocatedDevice:
     return AllocatedDevice(
         request=d["request"],
         pool=d["pool"],
@@ -173,7 +173,7 @@ def record_to_json(r: ClaimRecord) -> dict[str, Any]:
         "name": r.claim.name,
         "uid": r.claim.uid,
         "phase": r.phase.value,
-        "allocated": [_allocated_to_json(a) for a in r.allocated],
+        "allocated": [allocated_to_json(a) for a in r.allocated],
         "cdiFile": r.cdi_file,
     }
     if r.preparation is not None:
@@ -189,7 +189,7 @@ def record_from_json(d: Mapping[str, Any]) -> ClaimRecord:
     return ClaimRecord(
         claim=ClaimRef(d["namespace"], d["name"], d["uid"]),
         phase=Phase(d["phase"]),
-        allocated=tuple(_allocated_from_json(a) for a in d["allocated"]),
+        allocated=tuple(allocated_from_json(a) for a in d["allocated"]),
         cdi_file=d["cdiFile"],
         preparation=None if prep is None else preparation_from_json(prep),
         result=tuple(_result_from_json(x) for x in d.get("result", ())),
@@ -219,13 +219,27 @@ def _member(uid: str, rec: ClaimRecord) -> bytes:
     return f"{_canonical(uid)}:{_canonical(record_to_json(rec))}".encode()
 
 
-def _document(driver: str, members: Iterable[bytes]) -> bytes:
+def _boot_id() -> str:
+    """The running kernel's boot id ("" when unknown): tells whether the CDI specs in a tmpfs
+    such as /var/run/cdi could have survived since a file was written (see `Loaded`)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            return f.read(64).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+
+
+BOOT_ID = _boot_id()
+
+
+def _document(driver: str, members: Iterable[bytes], boot_id: str = BOOT_ID) -> bytes:
     """The file from the claims' `_member` texts in uid order: itself the canonical JSON of the
     whole document (what `json.dumps(doc, sort_keys=True, separators=(",", ":"))` gives), so
-    the claims' text is made once for both the checksum and the file."""
+    the claims' text is made once for both the checksum and the file. `bootID` is outside the
+    checksum, so files of earlier versions (without it) still verify."""
     claims_json = b"{" + b",".join(members) + b"}"
     tail = f',"driver":{_canonical(driver)},"format":{_canonical(FORMAT)},"version":{VERSION}}}\n'
-    head = f'{{"checksum":"{_signature(driver, claims_json)}","claims":'
+    head = f'{{"bootID":{_canonical(boot_id)},"checksum":"{_signature(driver, claims_json)}","claims":'
     return b"".join((head.encode(), claims_json, tail.encode()))
 
 
@@ -239,10 +253,17 @@ class _Corrupt(Exception):
 
 def decode(driver: str, data: bytes) -> dict[str, ClaimRecord]:
     """Raises _Corrupt for damage, CheckpointError for a file we must not interpret."""
+    return _decode(driver, data)[0]
+
+
+def _decode(driver: str, data: bytes) -> tuple[dict[str, ClaimRecord], str]:
+    """(records, the boot id the file was written in, "" when it does not say)."""
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _Corrupt(f"not JSON: {e}") from e
+        raise _Corrupt(f"not JSON: {str(e)[:200]}") from e
+    except RecursionError as e:  # we never write deeper than a few levels
+        raise _Corrupt("nested deeper than a checkpoint ever is") from e
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise _Corrupt("not a topodra claim checkpoint")
     version = doc.get("version")
@@ -264,11 +285,33 @@ def decode(driver: str, data: bytes) -> dict[str, ClaimRecord]:
     for uid, r in records.items():
         if r.claim.uid != uid:
             raise _Corrupt(f"claim entry {uid!r} carries uid {r.claim.uid!r}")
-    return records
+    boot = doc.get("bootID")
+    return records, boot if isinstance(boot, str) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """What `Checkpoint.load` found.
+
+    `damage` is None for a usable file (or none at all). For a damaged one (set aside as
+    `<file>.corrupt-<time>-<pid>`) `records` is empty and `fallback` holds the records of the
+    previous good file when that one may know claims whose CDI specs are gone: it was written
+    in another boot of the machine (a reboot empties /var/run/cdi) or does not say when. In the
+    boot it was written in, the specs on disk know every claim the driver may hold, and the
+    previous file would only bring back claims released since. The claim core rebuilds from
+    the specs and the fallback (docs/design/claim-lifecycle.md)."""
+
+    records: dict[str, ClaimRecord]
+    damage: str | None = None
+    fallback: dict[str, ClaimRecord] = field(default_factory=dict)
 
 
 class Checkpoint:
-    """One driver's checkpoint file and lock in a state folder (created 0700, files 0600)."""
+    """One driver's checkpoint file and lock in a state folder (created 0700, files 0600).
+
+    `<driver>.checkpoint.json` is the file; `<driver>.checkpoint-prev.json` is the outcome of the
+    operation before the last one (a damaged file falls back to it, see `Loaded`);
+    `<driver>.lock` serializes whole operations between instances."""
 
     def __init__(self, state_dir: Path, driver_name: str, lock_timeout: float = 30.0) -> None:
         if not is_dns_subdomain(driver_name):
@@ -276,10 +319,13 @@ class Checkpoint:
         self.state_dir = state_dir
         self.driver = driver_name
         self.path = state_dir / f"{driver_name}.checkpoint.json"
+        self.prev_path = state_dir / f"{driver_name}.checkpoint-prev.json"
         self.lock_path = state_dir / f"{driver_name}.lock"
         self._lock_timeout = lock_timeout
         self._identity: tuple[int, int, int, int] | None = None
         self._encoded: dict[str, tuple[ClaimRecord, bytes]] = {}  # uid -> (record, its _member)
+        self._outcome_on_disk = False  # the file is one we wrote at the end of an operation
+        self._dir_ready = False
 
     def ensure_dir(self) -> None:
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -320,45 +366,82 @@ class Checkpoint:
         """True when someone else wrote the file since our last load or save (call under lock)."""
         return self._stat_identity() != self._identity
 
-    def load(self) -> tuple[dict[str, ClaimRecord], bool]:
-        """(records, clean). A damaged file is renamed aside and ([], False) returned: its claims
-        are then unknown, so callers must not delete anything on the assumption it is complete."""
+    def load(self) -> Loaded:
+        """The records in the file; a damaged file is set aside (see `Loaded`)."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
             self._identity = None
-            return {}, True
+            return Loaded({})
         try:
-            records = decode(self.driver, data)
+            records, _ = _decode(self.driver, data)
         except _Corrupt as e:
-            aside = self.path.with_name(
-                f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-            )
-            os.replace(self.path, aside)
-            log.error(
-                f"checkpoint {self.path} is corrupt ({e}); kept aside as {aside} and starting without it: "
-                "claims it recorded are unknown to this driver until the kubelet sends them again",
-                driver=self.driver,
-                checkpoint=str(self.path),
-                aside=str(aside),
-                error=str(e),
-            )
-            self._identity = None
-            return {}, False
+            return self._damaged(str(e))
         self._identity = self._stat_identity()
-        return records, True
+        self._outcome_on_disk = False  # unknown (maybe an interrupted operation's): not kept
+        return Loaded(records)
 
-    def save(self, records: Mapping[str, ClaimRecord]) -> None:
-        """Write `records` (atomic and durable). Each record's JSON is kept from the save that
-        first wrote it, keyed on the record object itself: records are immutable values (the
-        claim core replaces a record to change it), so a save costs the encoding of the
-        records that changed, not of every claim held."""
-        self.ensure_dir()
+    def _damaged(self, why: str) -> Loaded:
+        aside = self.path.with_name(
+            f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        )
+        os.replace(self.path, aside)
+        self._identity = None
+        self._outcome_on_disk = False
+        fallback: dict[str, ClaimRecord] = {}
+        prev = "no previous good file"
+        try:
+            records, boot = _decode(self.driver, self.prev_path.read_bytes())
+        except FileNotFoundError:
+            pass
+        except _Corrupt as e:
+            prev = f"the previous file {self.prev_path} is damaged too ({e})"
+        else:
+            if boot and boot == BOOT_ID:
+                prev = f"the previous file {self.prev_path} is of this boot: the CDI specs know more"
+            else:
+                fallback = records
+                prev = f"falling back to {len(records)} claims of the previous file {self.prev_path}"
+        log.error(
+            f"checkpoint {self.path} is damaged ({why}); kept aside as {aside}; rebuilding the claims "
+            f"from the CDI specs on disk; {prev}",
+            driver=self.driver,
+            checkpoint=str(self.path),
+            aside=str(aside),
+            error=why,
+        )
+        return Loaded({}, damage=why, fallback=fallback)
+
+    def save(self, records: Mapping[str, ClaimRecord], *, intent: bool = False) -> None:
+        """Write `records` atomically and durably (fsync of the file before the rename and of the
+        folder after it). `intent`: the save that opens an operation ("started" records before
+        the driver acts); it first keeps the file it replaces, the outcome of the operation
+        before, as the previous good one.
+
+        Each record's JSON is kept from the save that first wrote it, keyed on the record object
+        itself: records are immutable values (the claim core replaces a record to change it), so
+        a save costs the encoding of the records that changed, not of every claim held."""
+        if not self._dir_ready:
+            self.ensure_dir()
+            self._dir_ready = True
         encoded: dict[str, tuple[ClaimRecord, bytes]] = {}
         for uid in sorted(records):
             rec = records[uid]
             known = self._encoded.get(uid)
             encoded[uid] = known if known is not None and known[0] is rec else (rec, _member(uid, rec))
+        if intent and self._outcome_on_disk:
+            self._keep_previous()
         atomic_write(self.path, _document(self.driver, (e[1] for e in encoded.values())))
         self._encoded = encoded
+        self._outcome_on_disk = not intent
         self._identity = self._stat_identity()
+
+    def _keep_previous(self) -> None:
+        tmp = self.prev_path.with_name(f".{self.prev_path.name}.{os.getpid()}.tmp")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        try:
+            os.link(self.path, tmp)
+        except FileNotFoundError:
+            return
+        os.replace(tmp, self.prev_path)

@@ -7,12 +7,8 @@ checkpoint. Every claim is handled on its own: a bad claim gets an error string 
 the other claims of the same call go on. Operations are serialized per driver (a thread lock
 inside the process, the checkpoint's file lock between processes).
 
-CDI naming: kind `<driver name>/claim` (vendor = driver domain, class = `claim`), one file per
-claim `<driver name>-claim_<claim uid>.json`, one CDI device per allocation result named
-`<claim uid>-<device>` (plus `-<shareID>` for a shared device); claim-wide edits go into the
-spec-level `containerEdits`, which CDI applies whenever any device of the spec is requested.
-Each CDI device also carries `TOPODRA_<DRIVER>_DEVICE_<DEVICE>=<claim uid>` so that no device is
-ever empty (CDI consumers reject devices without edits) and a workload can see what it got.
+CDI naming and what a spec carries: claimspec.py. What is written when, and what a restart
+does after a crash at any point or with a damaged file: docs/design/claim-lifecycle.md.
 """
 
 from __future__ import annotations
@@ -21,7 +17,6 @@ import contextlib
 import json
 import operator
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,11 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from topodra.common import logs
-from topodra.common.cdi.edits import ContainerEdits
-from topodra.common.cdi.spec import CdiWriter, SpecDevice, SpecError, build_spec
+from topodra.common.cdi.spec import CdiWriter, SpecError
 from topodra.common.device import Device
-from topodra.common.runtime import metrics
-from topodra.common.runtime.checkpoint import Checkpoint, ClaimRecord, LockTimeout, Phase
+from topodra.common.runtime import claimspec, metrics
+from topodra.common.runtime.checkpoint import Checkpoint, ClaimRecord, Loaded, LockTimeout, Phase
 from topodra.common.runtime.claimsource import ClaimNotFound, ClaimSource, ClaimSourceError, ClaimUnusable
 from topodra.common.runtime.driver import (
     AllocatedDevice,
@@ -42,6 +36,7 @@ from topodra.common.runtime.driver import (
     Driver,
     OpaqueConfig,
     Preparation,
+    PreparedDevice,
     PrepareError,
 )
 from topodra.common.runtime.names import (
@@ -51,7 +46,7 @@ from topodra.common.runtime.names import (
     is_uid,
     main_request,
 )
-from topodra.common.runtime.seams import ClaimOutcome, ResultDevice
+from topodra.common.runtime.seams import ClaimOutcome
 
 _log = logs.get("topodra.runtime.claims")
 
@@ -81,10 +76,6 @@ def bounded(text: str, limit: int = MAX_ERROR_CHARS) -> str:
 
 def _label(claim: ClaimRef) -> str:
     return f"claim {claim.namespace}/{claim.name} (uid {claim.uid})"
-
-
-def _env_token(value: str) -> str:
-    return re.sub(r"[^A-Z0-9]", "_", value.upper())
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +176,6 @@ class ClaimManager:
         self._here: tuple[tuple[Device, ...], dict[str, Device]] | None = None
         self._records: dict[str, ClaimRecord] = {}
         self._started = False
-        self._clean_load = True
         self._metrics = _Metrics(driver.name)
         self._log = _log.bind(driver=driver.name)
         self._stop = threading.Event()
@@ -230,21 +220,19 @@ class ClaimManager:
 
     def _reload(self) -> None:
         """Another instance changed the checkpoint: adopt its view, tell the driver."""
-        records, _ = self._checkpoint.load()
-        self._records = records
-        self._log.info(f"checkpoint changed by another instance; reloaded {len(records)} claims")
+        self._records = self._adopt(self._checkpoint.load())
+        self._log.info(f"checkpoint changed by another instance; reloaded {len(self._records)} claims")
         self.driver.restore(self._completed_preparations())
 
     def _completed_preparations(self) -> dict[ClaimRef, Preparation]:
         return {r.claim: r.known_preparation() for r in self._records.values() if r.phase is Phase.COMPLETED}
 
     def _recover(self) -> None:
-        records, clean = self._checkpoint.load()
-        self._records = dict(records)
-        self._clean_load = clean
+        loaded = self._checkpoint.load()
         self._started = True
         for path in self._cdi.remove_stale_temps():
             self._log.info(f"removed stale CDI temp file {path}")
+        self._records = self._adopt(loaded)
         for rec in list(self._records.values()):
             if rec.phase is Phase.STARTED:
                 self._log.warning(
@@ -255,19 +243,84 @@ class ClaimManager:
         for rec in self._records.values():
             if rec.phase is Phase.COMPLETED:
                 self._ensure_spec(rec)
-        if clean:
-            known = {r.claim.uid for r in self._records.values()}
-            for spec_id in self._cdi.list_ids():
-                if spec_id not in known:
-                    self._cdi.remove(spec_id)
-                    self._log.info(f"removed CDI spec of unknown claim uid {spec_id}", claim_uid=spec_id)
         self._save_best_effort()
         self._metrics.prepared(self._count_completed())
         self._log.info(f"recovered {self._count_completed()} prepared claims from {self._checkpoint.path}")
 
+    def _adopt(self, loaded: Loaded) -> dict[str, ClaimRecord]:
+        """The records to hold after a load, with the CDI specs on disk.
+
+        A usable checkpoint is the truth: a spec of a claim it does not know (only damage or a
+        bug leave one, as a spec is written after the claim's "started" record and removed before
+        its record goes) is rolled back as an interrupted prepare when it says what it holds,
+        else removed. A damaged checkpoint is rebuilt from the specs, which name every device the
+        driver may hold for a claim, over the previous good file's records (`Loaded.fallback`):
+        fail closed, a device named anywhere stays held until its claim is unprepared."""
+        records = dict(loaded.records) if loaded.damage is None else dict(loaded.fallback)
+        kind = self._cdi.kind
+        for spec_id in self._cdi.list_ids():
+            if loaded.damage is None and spec_id in records:
+                continue
+            file_name = self._cdi.file_name(spec_id)
+            try:
+                raw = self._cdi.path(spec_id).read_bytes()
+            except OSError:
+                continue
+            try:
+                spec: Any = json.loads(raw)
+            except (ValueError, RecursionError):
+                spec = None
+            rec = (
+                claimspec.record_from_spec(kind, self.driver.name, spec_id, file_name, spec)
+                if is_uid(spec_id)
+                else None
+            )
+            if loaded.damage is None:
+                if rec is None:
+                    self._cdi.remove(spec_id)
+                    self._log.info(f"removed CDI spec of unknown claim uid {spec_id}", claim_uid=spec_id)
+                else:
+                    self._log.warning(
+                        f"{_label(rec.claim)}: CDI spec of a claim the checkpoint does not know; "
+                        "rolling it back",
+                        **logs.claim(rec.claim),
+                    )
+                    records[spec_id] = replace(rec, phase=Phase.STARTED)
+                continue
+            if rec is None:
+                if spec_id in records or not is_uid(spec_id):
+                    continue  # the previous file knows it, or not a claim's spec: left as it is
+                named = claimspec.devices_named(spec_id, raw.decode("utf-8", "replace"), sorted(self.pools))
+                rec = ClaimRecord(
+                    claim=ClaimRef("", "", spec_id),
+                    phase=Phase.COMPLETED,
+                    allocated=named,
+                    cdi_file=file_name,
+                    preparation=Preparation(
+                        tuple(PreparedDevice(a.request, a.pool, a.device, share_id=a.share_id) for a in named)
+                    ),
+                )
+                self._log.error(
+                    f"CDI spec {file_name} carries no readable record; holding the devices it names "
+                    f"({', '.join(sorted({a.device for a in named})) or 'none'}) until claim uid {spec_id} "
+                    "is unprepared",
+                    claim_uid=spec_id,
+                )
+            records[spec_id] = rec
+        if loaded.damage is not None:
+            self._log.warning(
+                f"rebuilt {len(records)} claims after a damaged checkpoint: "
+                f"{sum(r.phase is Phase.COMPLETED for r in records.values())} prepared, "
+                f"{sum(r.phase is Phase.STARTED for r in records.values())} interrupted"
+            )
+        return records
+
     def _ensure_spec(self, rec: ClaimRecord) -> None:
-        """A reboot empties /var/run/cdi: put the exact spec back if it is missing or differs."""
+        """A reboot empties /var/run/cdi: put the exact spec back if it is missing or differs
+        (not for a record rebuilt from a spec it could not read: that file stays as it is)."""
         spec_id = rec.claim.uid
+        if not rec.cdi_spec:
+            return
         try:
             try:
                 current = self._cdi.read(spec_id)
@@ -463,7 +516,7 @@ class ClaimManager:
             try:
                 _check_ref(claim)
                 rec = self._records.get(claim.uid)
-                if rec is not None and rec.phase is Phase.COMPLETED:
+                if rec is not None and rec.phase is Phase.COMPLETED and rec.result:
                     self._ensure_spec(rec)
                     self._log.debug(f"{_label(claim)}: already prepared", **logs.claim(claim))
                     out[claim.uid] = ClaimOutcome(devices=rec.result)
@@ -494,7 +547,7 @@ class ClaimManager:
             return out
 
         try:
-            self._checkpoint.save(self._records)  # phase 1: started, before the driver acts
+            self._checkpoint.save(self._records, intent=True)  # phase 1: started, before the driver acts
         except OSError as e:
             for c in pending:
                 self._records.pop(c.claim.uid, None)
@@ -502,14 +555,17 @@ class ClaimManager:
             return out
 
         done: list[ClaimRecord] = []
+        kind, name = self._cdi.kind, self.driver.name
         for c in pending:
             started = self._records[c.claim.uid]
             try:
+                # the spec names the devices before the driver acts (see claimspec)
+                self._cdi.write(c.claim.uid, claimspec.provisional(kind, name, c.claim, c.allocated))
                 prep = self.driver.prepare(c.claim, c.allocated, c.configs)
                 # the record keeps its own copy, exactly as a restart reads it back, and must
                 # never change once checkpointed (the checkpoint caches each record's encoding)
                 prep = replace(prep, state=json.loads(json.dumps(dict(prep.state), sort_keys=True)))
-                spec, result = self._spec_for(c.claim, c.allocated, prep)
+                spec, result = claimspec.final(kind, name, c.claim, c.allocated, prep)
                 self._cdi.write(c.claim.uid, spec)
             except Exception as e:
                 message = _driver_message(c.claim, e)
@@ -608,42 +664,6 @@ class ClaimManager:
                         f"{other.claim.namespace}/{other.claim.name} (uid {other.claim.uid})"
                     )
 
-    def _spec_for(
-        self, claim: ClaimRef, allocated: Sequence[AllocatedDevice], prep: Preparation
-    ) -> tuple[dict[str, Any], tuple[ResultDevice, ...]]:
-        kind = self._cdi.kind
-        by_key = {(d.request, d.pool, d.device, d.share_id): d for d in prep.devices}
-        by_dev = {(d.pool, d.device, d.share_id): d for d in prep.devices}
-        wanted = {(a.pool, a.device, a.share_id) for a in allocated}
-        for d in prep.devices:
-            if (d.pool, d.device, d.share_id) not in wanted:
-                raise PrepareError(
-                    f"driver returned device {d.device!r} (pool {d.pool!r}) that is not allocated"
-                )
-        driver_token = _env_token(self.driver.name.split(".", 1)[0])
-        spec_devices: dict[str, SpecDevice] = {}
-        result = []
-        for a in allocated:
-            prepared = by_key.get((a.request, a.pool, a.device, a.share_id)) or by_dev.get(
-                (a.pool, a.device, a.share_id)
-            )
-            name = f"{claim.uid}-{a.device}" + (f"-{a.share_id}" if a.share_id else "")
-            if name not in spec_devices:
-                edits = prepared.edits if prepared is not None else ContainerEdits()
-                marker = f"TOPODRA_{driver_token}_DEVICE_{_env_token(a.device)}={claim.uid}"
-                spec_devices[name] = SpecDevice(name, replace(edits, env=(*edits.env, marker)))
-            result.append(
-                ResultDevice(
-                    request_names=(main_request(a.request),),
-                    pool=a.pool,
-                    device=a.device,
-                    cdi_device_ids=(f"{kind}={name}",),
-                    share_id=a.share_id,
-                )
-            )
-        spec = build_spec(kind, list(spec_devices.values()), prep.claim_edits)
-        return spec, tuple(result)
-
     # --- unprepare ----------------------------------------------------------------------------
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
@@ -672,7 +692,7 @@ class ClaimManager:
         if any(r.phase is Phase.COMPLETED for r in before.values()):
             self._records.update(leaving)
             try:
-                self._checkpoint.save(self._records)
+                self._checkpoint.save(self._records, intent=True)
             except OSError as e:
                 self._records.update(before)
                 for uid, rec in before.items():
@@ -725,7 +745,8 @@ class ClaimManager:
             for rec in list(self._records.values()):
                 if rec.phase is Phase.STARTED:
                     self._rollback(rec)
-            snapshot = [r for r in self._records.values() if r.phase is Phase.COMPLETED]
+            # a record rebuilt from a spec that did not say which claim it is has no name to GET
+            snapshot = [r for r in self._records.values() if r.phase is Phase.COMPLETED and r.claim.name]
             self._save_best_effort()
         report = ReconcileReport(unprepared=[], kept=[], unreachable=False)
         answers: list[tuple[ClaimRecord, Mapping[str, Any] | None]] = []  # None: NotFound

@@ -115,6 +115,7 @@ def test_started_is_durable_before_the_driver_acts_and_completed_before_the_answ
     assert not m.prepare([ref])[ref.uid].error
     assert recorder.events == [
         *DURABLE_CHECKPOINT,  # started
+        "rename cdi-spec",  # provisional: names the devices before the driver acts
         "driver prepare",
         "rename cdi-spec",  # atomic, not synced: rebuilt from the checkpoint on every start
         *DURABLE_CHECKPOINT,  # completed: only then the answer

@@ -73,7 +73,22 @@ def test_prepare_answers_devices_and_writes_owner_only_cdi_spec(
     assert "TEST_DEVICE_DEV_0=gpu/big" in first["env"]
     assert f"TOPODRA_TEST_DEVICE_DEV_0={ref.uid}" in first["env"]
     assert first["deviceNodes"] == [{"path": "/dev/topodra-dev-0", "hostPath": "/dev/null"}]
-    assert spec["containerEdits"] == {"env": ["TEST_CLAIM=ns1/c1"]}
+    claim_env = spec["containerEdits"]["env"]
+    assert claim_env[0] == "TEST_CLAIM=ns1/c1" and len(claim_env) == 2
+    # the claim's record: what a damaged checkpoint is rebuilt from (claimspec)
+    name, _, record = claim_env[1].partition("=")
+    assert name == "TOPODRA_TEST_CLAIM_RECORD"
+    assert json.loads(record) == {
+        "phase": "completed",
+        "namespace": "ns1",
+        "name": "c1",
+        "uid": ref.uid,
+        "allocated": [
+            {"request": "gpu/big", "pool": NODE, "device": "dev-0"},
+            {"request": "other", "pool": NODE, "device": "dev-1"},
+        ],
+        "state": {"holds": ["dev-0", "dev-1"]},
+    }
     assert driver.holdings() == {"dev-0": ref.uid, "dev-1": ref.uid}
     rec = m.prepared()[ref.uid]
     assert rec.phase is Phase.COMPLETED

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 import sys
 import textwrap
@@ -115,37 +114,6 @@ def test_failed_rollback_keeps_devices_reserved_and_retries(
     m.reconcile()
     assert m.prepared() == {}
     assert not m.prepare([other])[other.uid].error
-
-
-@pytest.mark.parametrize(
-    "damage",
-    [
-        lambda b: b[: len(b) // 2],  # torn
-        lambda b: b.replace(b'"dev-0"', b'"dev-1"'),  # edited: checksum no longer matches
-        lambda b: b"\x00\xff garbage",
-        lambda b: b"[]",
-    ],
-)
-def test_corrupt_checkpoint_is_kept_aside_with_a_log_line(
-    damage: object,
-    make_manager: ManagerFactory,
-    claim_store: MemoryClaimStore,
-    dirs: dict[str, Path],
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    ref = put(claim_store, "c", "dev-0")
-    make_manager().prepare([ref])
-    path = dirs["state"] / f"{DRIVER}.checkpoint.json"
-    damaged = damage(path.read_bytes())  # type: ignore[operator]
-    path.write_bytes(damaged)
-    with caplog.at_level(logging.ERROR, logger="topodra.runtime.checkpoint"):
-        m = make_manager()
-    (aside,) = dirs["state"].glob(f"{DRIVER}.checkpoint.json.corrupt-*")
-    assert aside.read_bytes() == damaged
-    assert any("is corrupt" in r.getMessage() and str(aside) in r.getMessage() for r in caplog.records)
-    assert m.prepared() == {}
-    # the spec of the now-unknown claim stays: its containers may still need it
-    assert spec_path(dirs, ref.uid).exists()
 
 
 def test_newer_checkpoint_version_is_refused_untouched(dirs: dict[str, Path]) -> None:
