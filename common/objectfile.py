@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 MAX_BYTES = 256 * 1024 * 1024  # a kubectl dump of 10,000 nodes' slices is far below this
+MAX_NESTING = 4  # a List in a list of Lists is as deep as any real file goes
 
 
 class ObjectFileError(ValueError):
@@ -39,19 +40,21 @@ def load_objects(text: str, source: str = "input") -> list[dict[str, Any]]:
     return out
 
 
-def _flatten(doc: Any, where: str) -> Iterator[dict[str, Any]]:
+def _flatten(doc: Any, where: str, depth: int = 0) -> Iterator[dict[str, Any]]:
     if doc is None:
         return  # an empty document (a trailing `---`)
+    if depth > MAX_NESTING:  # YAML aliases can nest lists exponentially: refuse, do not walk
+        raise ObjectFileError(f"{where}: lists of objects nested deeper than {MAX_NESTING}")
     if isinstance(doc, list):
         for i, item in enumerate(doc):
-            yield from _flatten(item, f"{where}, item {i + 1}")
+            yield from _flatten(item, f"{where}, item {i + 1}", depth + 1)
         return
     if not isinstance(doc, dict):
         raise ObjectFileError(f"{where}: expected an object, found {type(doc).__name__}")
     kind = doc.get("kind")
     if isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list):
         for i, item in enumerate(doc["items"]):
-            yield from _flatten(item, f"{where}, items[{i}]")
+            yield from _flatten(item, f"{where}, items[{i}]", depth + 1)
         return
     if not isinstance(kind, str) and "items" in doc:
         raise ObjectFileError(f"{where}: a list without a kind")

@@ -16,6 +16,7 @@ from typing import Any
 from topodra.common.check.attrs import Value, parse_value, qualify
 
 MAX_DEVICES = 100_000  # per node, all drivers: a real node publishes a few thousand at most
+MAX_ATTRIBUTES = 256  # per device; the API allows 32 attributes and capacities together
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +103,10 @@ def _device(driver: str, pool: str, raw: Mapping[str, Any]) -> SliceDevice:
     attrs = raw.get("attributes")
     parsed: dict[str, Value] = {}
     if isinstance(attrs, Mapping):
+        if len(attrs) > MAX_ATTRIBUTES:
+            raise SliceInputError(
+                f"{driver} device {raw['name']}: {len(attrs)} attributes (the API allows 32)"
+            )
         for name, value in attrs.items():
             parsed[qualify(driver, str(name))] = parse_value(value)
     return SliceDevice(driver, pool, raw["name"], parsed)

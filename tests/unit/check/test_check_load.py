@@ -66,6 +66,22 @@ def test_what_is_not_objects_is_an_error_naming_where(text: str, says: str) -> N
         load_objects(text, "f.yaml")
 
 
+def test_aliases_cannot_make_the_reader_walk_forever() -> None:
+    """A YAML alias "bomb": list n holds list n-1 three times, so list 29 has 3**29 leaves. It is
+    refused by its nesting depth, not walked."""
+    text = "- &x0 [{kind: ResourceSlice}]\n"
+    text += "".join(f"- &x{i} [*x{i - 1}, *x{i - 1}, *x{i - 1}]\n" for i in range(1, 30))
+    with pytest.raises(ObjectFileError, match="nested deeper than 4"):
+        load_objects(text)
+
+
+def test_a_device_with_more_attributes_than_the_api_allows_is_refused() -> None:
+    s = _slice("a.example.com", "n1", ["d0"])
+    s["spec"]["devices"][0]["attributes"] = {f"k{i}": {"int": i} for i in range(300)}
+    with pytest.raises(SliceInputError, match="300 attributes"):
+        node_devices([s], "n1")
+
+
 def test_only_the_newest_generation_of_a_pool_counts() -> None:
     old = _slice("a.example.com", "n1", ["old"], generation=1)
     new = _slice("a.example.com", "n1", ["new"], generation=2)
