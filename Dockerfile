@@ -11,17 +11,21 @@
 # containers). The image's default user is unprivileged, so `topodra inspect`/`slices`/`synth`
 # run without root.
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# The base is pinned to a Python patch release and a Debian release; for builds that must be
+# byte-for-byte repeatable, pass the digest your registry resolves it to:
+#   --build-arg PYTHON_IMAGE=python:3.11.13-slim-bookworm@sha256:<digest>
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
 # ---- builder: the topodra wheel and the wheels of its dependencies -----------------------------
 FROM ${PYTHON_IMAGE} AS builder
 WORKDIR /src
 # Only what the wheel is built from (see .dockerignore): tests and tooling stay out of the image.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY common/ common/
 COPY drivers/ drivers/
 COPY proto/ proto/
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# constraints.txt: the exact version of every dependency, direct or not (hack/lock-image-deps).
+RUN pip wheel --no-cache-dir --constraint constraints.txt --wheel-dir /wheels .
 
 # ---- runtime ---------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}

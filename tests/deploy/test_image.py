@@ -91,9 +91,79 @@ def test_context_holds_what_the_builder_copies() -> None:
     for source in sources:
         assert (REPO / source).exists(), source
         assert f"!{source}" in ignore, f".dockerignore excludes {source}"
-    # the wheel's own inputs are all copied (README.md is the project's readme)
+    # the wheel's own inputs are all copied (README.md is the project's readme), and the pins
     dirs = {d.split("/")[0] for d in PYPROJECT["tool"]["setuptools"]["package-dir"].values()}
-    assert {f"{d}/" for d in dirs} | {"pyproject.toml", PYPROJECT["project"]["readme"]} == set(sources)
+    wheel_inputs = {f"{d}/" for d in dirs} | {"pyproject.toml", PYPROJECT["project"]["readme"]}
+    assert wheel_inputs | {CONSTRAINTS.name} == set(sources)
+
+
+# --- pins ---------------------------------------------------------------------------------------
+
+CONSTRAINTS = REPO / "constraints.txt"
+
+
+def test_base_image_is_a_python_patch_release_on_a_debian_release() -> None:
+    """Not a floating tag (`python:3.11-slim`): the same build next month starts from the same
+    Python and Debian release (a digest may be appended)."""
+    (default,) = [
+        args.split("=", 1)[1] for step, args in STEPS if step == "ARG" and args.startswith("PYTHON_IMAGE=")
+    ]
+    m = re.fullmatch(r"python:(\d+)\.(\d+)\.\d+-slim-(bookworm|trixie)(@sha256:[0-9a-f]{64})?", default)
+    assert m, default
+    wanted = re.fullmatch(r">=(\d+)\.(\d+)", PYPROJECT["project"]["requires-python"])
+    assert wanted and (int(m[1]), int(m[2])) >= (int(wanted[1]), int(wanted[2]))
+    assert [args for step, args in STEPS if step == "FROM"] == [
+        "${PYTHON_IMAGE} AS builder",
+        "${PYTHON_IMAGE}",
+    ]
+
+
+def _pins() -> dict[str, str]:
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, str] = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!-]*)", line)
+        assert m, f"constraints.txt: {line!r} is not name==version"
+        pins[canonicalize_name(m[1])] = m[2]
+    return pins
+
+
+def test_python_dependencies_are_locked_and_the_builder_uses_the_lock() -> None:
+    from importlib import metadata
+
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = _pins()
+    for dep in PYPROJECT["project"]["dependencies"]:
+        req = Requirement(dep)
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req.name} is not pinned in constraints.txt"
+        assert req.specifier.contains(pins[name], prereleases=True), (dep, pins[name])
+    # every requirement of a pinned package, as far as this environment has it at the pinned
+    # version, is pinned too (hack/lock-image-deps walks the same graph)
+    env = {**default_environment(), "sys_platform": "linux", "platform_system": "Linux", "extra": ""}
+    checked = 0
+    for name, version in pins.items():
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        if dist.version != version:
+            continue
+        checked += 1
+        for text in dist.requires or ():
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate(env):
+                assert canonicalize_name(req.name) in pins, f"{name} needs {req.name}, not pinned"
+    assert checked, "no pinned package is installed here at its pinned version"
+    builds = [args for step, args in BUILDER if step == "RUN" and "pip wheel" in args]
+    assert builds and all("--constraint constraints.txt" in args for args in builds), builds
+    assert "!constraints.txt" in (REPO / ".dockerignore").read_text().split()
 
 
 def test_images_and_versions_agree() -> None:
