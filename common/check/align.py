@@ -1,6 +1,6 @@
 """For two drivers: at which levels `matchAttribute` can line their devices up today.
 
-The answer follows the scheduler's rules (facts §4.2), not the machine's: a constraint on a name
+The answer follows the scheduler's rules, not the machine's: a constraint on a name
 skips devices that lack it, compares values of the same type only (an `int` never matches a
 `string`), and compares a list by intersection (the scheduler does so where
 DRAListTypeAttributes is on, and a stored list means it is). So a level is alignable when some

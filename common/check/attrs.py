@@ -5,7 +5,7 @@ A device attribute in the API is an object with exactly one of `int`, `bool`, `s
 which one was used, because the scheduler compares kinds strictly (an `int` 0 never matches a
 `string` "0") and a list matches by intersection: the check must reason exactly as it does.
 
-Unqualified names belong to the driver's own domain (facts §4.3); `qualify` applies that rule so
+Unqualified names belong to the driver's own domain (the API's rule); `qualify` applies it so
 every name below is `<domain>/<identifier>`.
 
 Names outside the standard ones are classified by their identifier (`dra.net/numaNode`,

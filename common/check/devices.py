@@ -1,6 +1,6 @@
 """The devices a node's ResourceSlices offer, per driver, as a consumer sees them.
 
-Consumers use only the slices of a pool's highest generation (facts §4.1), so older slices left
+Consumers use only the slices of a pool's highest generation (the API's rule), so older slices left
 behind during a republish are ignored here too; a pool that has fewer slices than its
 `resourceSliceCount` is being rewritten and is noted. Slices not tied to one node (`nodeSelector`,
 `allNodes`, per-device node selection) are outside a node check and only counted.

@@ -181,7 +181,7 @@ def _cpu_list(value: object) -> tuple[int, ...] | None:
 
 
 def identifier_note(identity: Identity) -> str:
-    """How the report names the match: "pciBusID", "dra.net/pciAddress (not pciBusID)", ..."""
+    """How the report names the match: "pciBusID", "dra.net/pciAddress (no pciBusID)", "unmatched"."""
     if identity.kind == "none":
         return "unmatched"
     if identity.by_standard:

@@ -221,7 +221,7 @@ def _numa(topo: Topology, dev: SliceDevice, t: Truth) -> AttributeCheck:
     if any(n < 0 for n in nodes):
         msg = f"{v.show()}: never -1 (it matches every other device that publishes -1); omit it when unknown"
         return _one(name, v, machine, "malformed", ERROR, msg)
-    first = nodes[0]  # the list form puts the device's own node first (facts §6.3)
+    first = nodes[0]  # the standard list form puts the device's own node first
     if t.numa is not None and first != t.numa:
         return _one(name, v, machine, "wrong", ERROR, f"{v.show()} but the machine says {t.numa}")
     # the kernel's node id for the device stands even where discovery skipped that node's folder
