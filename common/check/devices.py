@@ -93,6 +93,8 @@ def node_devices(slices: Iterable[Mapping[str, Any]], node: str | None) -> NodeD
                 if total > MAX_DEVICES:
                     raise SliceInputError(f"more than {MAX_DEVICES} devices on node {node}")
                 by_driver[driver].append(_device(driver, pool, raw))
+    if not pools:
+        notes.append(f"no ResourceSlice names node {node}: nothing to check")
     drivers = {
         d: tuple(sorted(devs, key=lambda x: (x.pool, x.name))) for d, devs in sorted(by_driver.items())
     }

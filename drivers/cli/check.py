@@ -128,7 +128,14 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as err:
             return _fail(str(err))
     else:
-        node = node or os.environ.get("NODE_NAME") or socket.gethostname().lower()
+        here = os.environ.get("NODE_NAME") or socket.gethostname().lower()
+        node = node or here
+        if node != here and os.path.abspath(args.sysfs_root) == "/":
+            print(
+                f"topodra check: note: node {node}'s slices are compared with this machine's /sys "
+                f"({here}); pass --sysfs-root with a capture of {node} unless it is this machine",
+                file=sys.stderr,
+            )
         try:
             slices = _read_api(args.kubeconfig, node)
         except Exception as err:

@@ -104,6 +104,11 @@ def test_the_node_is_taken_from_the_slices_when_there_is_one() -> None:
     assert list(node_devices(two, "n2").drivers) == ["a.example.com"]
 
 
+def test_a_node_without_slices_says_so() -> None:
+    got = node_devices(SLICES, "n9")
+    assert got.drivers == {} and got.notes == ("no ResourceSlice names node n9: nothing to check",)
+
+
 def test_slices_for_many_nodes_are_counted_not_checked() -> None:
     got = node_devices([*SLICES, _slice("c.example.com", None, ["x"])], "n1")
     assert "c.example.com" not in got.drivers
