@@ -95,7 +95,9 @@ def _walk(obj: Any, fn: Any) -> Any:
     return obj
 
 
-def localize(objs: Iterable[dict[str, Any]], run_dir: Path, synthetic_root: Path) -> list[dict[str, Any]]:
+def localize(
+    objs: Iterable[dict[str, Any]], run_dir: Path, synthetic_root: Path | None
+) -> list[dict[str, Any]]:
     """The rendered objects with the node's folders and the synthetic machine (see module doc)."""
     mapping = {old: str(run_dir / new) for old, new in HOST_FOLDERS.items()}
     out = []
@@ -105,7 +107,7 @@ def localize(objs: Iterable[dict[str, Any]], run_dir: Path, synthetic_root: Path
             obj["spec"]["template"] = _walk(obj["spec"]["template"], lambda s: _rewrite(s, mapping))
         out.append(obj)
     for kind, ds in daemonsets(out).items():
-        if kind in ("accelerator", "nic"):
+        if synthetic_root is not None and kind in ("accelerator", "nic"):
             _use_synthetic(ds, kind, synthetic_root)
     return out
 
@@ -137,13 +139,18 @@ def synthesize(root: Path, hostname: str) -> Synthetic:
     return Synthetic(root, manifest)
 
 
-def add_host_nics(syn: Synthetic) -> list[str]:
-    """A veth on the host per synthetic NIC (its name and MAC); the peer is `<name>p`."""
+def add_host_nics(syn: Synthetic, *, only_missing: bool = False) -> list[str]:
+    """A veth on the host per synthetic NIC (its name and MAC); the peer is `<name>p`.
+    only_missing: leave the ones that are there (a veth that went with a namespace comes back)."""
     made = []
     for nic in syn.nics:
         name = nic["name"]
         if link_exists(name):
+            if only_missing:
+                continue
             subprocess.run(["ip", "link", "del", name], capture_output=True, timeout=30, check=False)
+        if link_exists(f"{name}p"):
+            subprocess.run(["ip", "link", "del", f"{name}p"], capture_output=True, timeout=30, check=False)
         ip = ["ip", "link", "add", name, "address", nic["mac"], "type", "veth", "peer", "name", f"{name}p"]
         subprocess.run(ip, capture_output=True, text=True, timeout=30, check=True)
         subprocess.run(["ip", "link", "set", f"{name}p", "up"], capture_output=True, timeout=30, check=True)
@@ -158,7 +165,7 @@ def delete_host_nics(syn: Synthetic) -> None:
                 subprocess.run(["ip", "link", "del", name], capture_output=True, timeout=30, check=False)
 
 
-def render(tools: Tools, run_dir: Path, synthetic_root: Path) -> list[dict[str, Any]]:
+def render(tools: Tools, run_dir: Path, synthetic_root: Path | None) -> list[dict[str, Any]]:
     return localize(tools.kustomize_build(DEPLOY / "overlays" / "all"), run_dir, synthetic_root)
 
 
@@ -183,9 +190,10 @@ def apply(node: RealNode, objs: Iterable[dict[str, Any]]) -> None:
 class Drivers:
     """The installed drivers: objects as applied, the synthetic machine, and waiting helpers."""
 
-    def __init__(self, node: RealNode, tools: Tools) -> None:
+    def __init__(self, node: RealNode, tools: Tools, *, synthetic: bool = True) -> None:
         self.node = node
         self.tools = tools
+        self.use_synthetic = synthetic  # False: accelerator and NIC drivers read the host's /sys
         self.synthetic: Synthetic | None = None
         self.objects: list[dict[str, Any]] = []
         self.image = ""
@@ -197,9 +205,11 @@ class Drivers:
 
     def install(self, timeout: float = 300.0) -> None:
         began = time.monotonic()
-        self.synthetic = synthesize(self.synthetic_root, self.node.name)
-        add_host_nics(self.synthetic)
-        self.objects = render(self.tools, self.node.run_dir, self.synthetic_root)
+        if self.use_synthetic:
+            self.synthetic = synthesize(self.synthetic_root, self.node.name)
+            add_host_nics(self.synthetic)
+        root = self.synthetic_root if self.use_synthetic else None
+        self.objects = render(self.tools, self.node.run_dir, root)
         self.image = normalize_reference(driver_image_reference(self.objects))
         t = time.monotonic()
         built = topodra_image(self.image)
@@ -290,3 +300,72 @@ def image_tools_missing() -> str | None:
     if shutil.which("mmdebstrap") is None:
         return "mmdebstrap is not installed (Debian: apt-get install mmdebstrap): it makes the drivers' image"
     return None
+
+
+# ----- what the lifecycle tests do to a driver -------------------------------------------------------
+
+
+def _pod_ready(pod: k8s.V1Pod) -> bool:
+    return bool(
+        pod.status.phase == "Running"
+        and pod.status.container_statuses
+        and all(c.ready for c in pod.status.container_statuses)
+    )
+
+
+def restart_driver(drivers: Drivers, kind: str, timeout: float = 180.0) -> str:
+    """Deletes the driver's pod (as a node drain or a crash would) and waits for its successor to be
+    Ready; returns the new pod's UID."""
+    (old,) = drivers.pods(kind)
+    drivers.node.core.delete_namespaced_pod(old.metadata.name, NAMESPACE, grace_period_seconds=5)
+
+    def replaced() -> bool:
+        pods = drivers.pods(kind)
+        return len(pods) == 1 and pods[0].metadata.uid != old.metadata.uid and _pod_ready(pods[0])
+
+    wait_until(f"{kind} driver pod replaced", replaced, timeout, alive=drivers.node._alive)
+    return str(drivers.pods(kind)[0].metadata.uid)
+
+
+def take_down(drivers: Drivers, kind: str, timeout: float = 120.0) -> None:
+    """The DaemonSet stays, its pod goes (a nodeSelector no node matches): the driver is down."""
+    name = drivers.daemonset(kind)["metadata"]["name"]
+    patch = {"spec": {"template": {"spec": {"nodeSelector": {"topodra.io/tier-driver-down": "true"}}}}}
+    k8s.AppsV1Api(drivers.node.cp.admin).patch_namespaced_daemon_set(name, NAMESPACE, patch)
+    wait_until(f"{kind} driver gone", lambda: not drivers.pods(kind), timeout, alive=drivers.node._alive)
+
+
+def bring_up(drivers: Drivers, kind: str, timeout: float = 180.0) -> None:
+    name = drivers.daemonset(kind)["metadata"]["name"]
+    patch = {"spec": {"template": {"spec": {"nodeSelector": {"topodra.io/tier-driver-down": None}}}}}
+    k8s.AppsV1Api(drivers.node.cp.admin).patch_namespaced_daemon_set(name, NAMESPACE, patch)
+    drivers.wait_ready(timeout, kinds=[kind])
+
+
+def roll(drivers: Drivers, kind: str, timeout: float = 240.0) -> list[str]:
+    """A rolling update (a pod-template change, as `kubectl rollout restart` makes); waits until
+    it is done and returns the UIDs of every driver pod seen while it ran, oldest first."""
+    name = drivers.daemonset(kind)["metadata"]["name"]
+    seen = [p.metadata.uid for p in drivers.pods(kind)]
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    patch = {"spec": {"template": {"metadata": {"annotations": {"topodra.io/tier-restarted-at": stamp}}}}}
+    apps = k8s.AppsV1Api(drivers.node.cp.admin)
+    generation = apps.patch_namespaced_daemon_set(name, NAMESPACE, patch).metadata.generation
+
+    def done() -> bool:
+        for p in drivers.pods(kind):
+            if p.metadata.uid not in seen:
+                seen.append(p.metadata.uid)
+        ds = apps.read_namespaced_daemon_set(name, NAMESPACE)
+        pods = drivers.pods(kind)
+        return bool(
+            (ds.status.observed_generation or 0) >= generation
+            and ds.status.updated_number_scheduled == 1
+            and len(pods) == 1
+            and pods[0].metadata.uid != seen[0]
+            and _pod_ready(pods[0])
+        )
+
+    wait_until(f"{kind} rollout", done, timeout, alive=drivers.node._alive)
+    drivers.wait_ready(timeout, kinds=[kind])
+    return seen

@@ -1,12 +1,18 @@
-"""pytest plugin with the session-wide `real_node` fixture (loaded by tests/conftest.py).
+"""pytest plugin with the session-wide `real_node` and `node_drivers` fixtures (loaded by
+tests/conftest.py).
 
 One real node per session (and per machine: real_node_lock), shared by the tests marked `node`.
 Tests create their objects in namespaces of their own and delete their Pods; the node itself is
 never stopped by a test (tests that restart the kubelet or containerd start them again).
+
+The node goes down right after the last collected test that uses it, not at the end of the
+session: it frees the machine-wide lock (another session waiting for a real node goes on) and
+the memory for the rest of the suite. Teardown is checked: anything left behind fails the run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -21,12 +27,43 @@ from tests.conftest import skip_or_fail
 from tests.controlplane.binaries import BuildFailed, GoMissing, ensure_binaries
 from tests.deploy.render import ToolsUnavailable, ensure_tools
 from tests.node.binaries import HostToolMissing, ensure_node_binaries
-from tests.node.drivers import Drivers, image_tools_missing
+from tests.node.drivers import KINDS, Drivers, image_tools_missing
 from tests.node.network import pick_network
 from tests.node.node import RealNode, real_node_lock
 
 DEFAULT_SUBNET = "10.213.0.0/24"
-_active: list[RealNode] = []
+NODE_FIXTURES = frozenset({"real_node", "node_drivers"})
+
+
+class _Tier:
+    """The session's node, its drivers and the lock, closed once (early or at session end)."""
+
+    def __init__(self) -> None:
+        self.node: RealNode | None = None
+        self.drivers: Drivers | None = None
+        self.stack = contextlib.ExitStack()
+        self.last_user: str | None = None
+        self.problems: list[str] = []
+        self.closed = False
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.drivers is not None:
+            try:
+                self.drivers.uninstall()
+            except Exception as e:  # the node's own teardown still deletes every pod
+                self.problems.append(f"uninstalling the drivers: {e}")
+        if self.node is not None:
+            stopping = time.monotonic()
+            self.problems += self.node.stop()
+            sys.stderr.write(f"\nreal node stopped in {time.monotonic() - stopping:.1f} s\n")
+            self.problems += [f"left behind: {x}" for x in self.node.leftovers()]
+        self.stack.close()
+
+
+_tier = _Tier()
 
 
 def node_prerequisites() -> str | None:
@@ -52,46 +89,30 @@ def real_node() -> Iterator[RealNode]:
         skip_or_fail(str(e))
     except BuildFailed as e:
         pytest.fail(f"building the node failed: {e}")
+    if _tier.closed:
+        pytest.fail("the real node was already stopped after its last planned user")
     subnet = os.environ.get("TOPODRA_NODE_SUBNET", DEFAULT_SUBNET)
-    with real_node_lock():
-        # Short: the drivers' socket paths under it must stay within 108 bytes.
-        run_dir = Path(tempfile.mkdtemp(prefix="tdrn-", dir="/tmp"))
-        node = RealNode(run_dir, cp_binaries, binaries, pick_network(subnet))
-        began = time.monotonic()
-        try:
-            node.start()
-        except Exception as e:
-            pytest.fail(f"the real node did not come up: {e}\n{node.logs()}")
-        took = time.monotonic() - began
-        steps = ", ".join(f"{k} {v:.1f} s" for k, v in node.timings.items() if k != "total")
-        sys.stderr.write(f"\nreal node up in {took:.1f} s ({steps}) at {node.cp.server}\n")
-        _active.append(node)
-        try:
-            yield node
-        finally:
-            _active.remove(node)
-            stopping = time.monotonic()
-            problems = node.stop()
-            sys.stderr.write(f"\nreal node stopped in {time.monotonic() - stopping:.1f} s\n")
-            left = node.leftovers()
-            if problems or left:
-                pytest.fail(f"real node teardown: problems {problems}, left behind {left}")
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, object, object]:
-    """A failing test that used the real node gets the kubelet's and containerd's log tails."""
-    report = yield
-    if (
-        isinstance(report, pytest.TestReport)
-        and report.failed
-        and _active
-        and "real_node" in getattr(item, "fixturenames", ())
-    ):
-        report.sections.append(("real node logs", _active[0].logs(40)))
-    return report
+    _tier.stack.enter_context(real_node_lock())
+    # Short: the drivers' socket paths under it must stay within 108 bytes.
+    run_dir = Path(tempfile.mkdtemp(prefix="tdrn-", dir="/tmp"))
+    node = RealNode(run_dir, cp_binaries, binaries, pick_network(subnet))
+    _tier.node = node
+    began = time.monotonic()
+    try:
+        node.start()
+    except Exception as e:
+        logs = node.logs()
+        _tier.close()
+        pytest.fail(f"the real node did not come up: {e}\n{logs}")
+    took = time.monotonic() - began
+    steps = ", ".join(f"{k} {v:.1f} s" for k, v in node.timings.items() if k != "total")
+    sys.stderr.write(f"\nreal node up in {took:.1f} s ({steps}) at {node.cp.server}\n")
+    try:
+        yield node
+    finally:
+        _tier.close()
+        if _tier.problems:
+            pytest.fail(f"real node teardown: {_tier.problems}")
 
 
 @pytest.fixture(scope="session")
@@ -109,12 +130,45 @@ def node_drivers(real_node: RealNode) -> Iterator[Drivers]:
     try:
         drivers.install()
     except Exception as e:
-        logs = "\n".join(f"--- {k} driver:\n{drivers.log(k)[-3000:]}" for k in ("cpu", "accelerator", "nic"))
+        logs = "\n".join(f"--- {k} driver:\n{drivers.log(k)[-3000:]}" for k in KINDS)
         drivers.uninstall()
         pytest.fail(f"the drivers did not come up: {e}\n{logs}")
+    _tier.drivers = drivers
     steps = ", ".join(f"{k} {v:.1f} s" for k, v in drivers.timings.items())
     sys.stderr.write(f"\nreal node drivers up: {steps}\n")
-    try:
-        yield drivers
-    finally:
-        drivers.uninstall()
+    yield drivers  # uninstalled by _tier.close()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    users = [i for i in items if NODE_FIXTURES & set(getattr(i, "fixturenames", ()))]
+    _tier.last_user = users[-1].nodeid if users else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
+    """After the last test that uses the node: stop it now (see the module docstring)."""
+    yield
+    if item.nodeid == _tier.last_user and _tier.node is not None and not _tier.closed:
+        _tier.close()
+        if _tier.problems:
+            raise AssertionError(f"real node teardown: {_tier.problems}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, object, object]:
+    """A failing test that used the real node gets the kubelet's and containerd's log tails."""
+    report = yield
+    if (
+        isinstance(report, pytest.TestReport)
+        and report.failed
+        and _tier.node is not None
+        and not _tier.closed
+        and NODE_FIXTURES & set(getattr(item, "fixturenames", ()))
+    ):
+        report.sections.append(("real node logs", _tier.node.logs(40)))
+    return report

@@ -272,6 +272,39 @@ class RealNode:
             sys.stderr.write(f"\nreal node teardown: {problems}\n")
         return problems
 
+    def simulate_reboot(self, hardware: Callable[[], object] | None = None, timeout: float = 180.0) -> float:
+        """Everything a reboot loses, lost; then the node boots again. Returns the seconds taken.
+
+        Lost: every process (kubelet, containerd, shims, containers), every mount under the run
+        folder (pod volumes, network namespace pins, container root filesystems), the kubelet's
+        cgroups, and the tmpfs folders: the CDI specs (/var/run/cdi) and containerd's state
+        (/run/containerd). Kept, as on disk: the kubelet's root dir with its checkpoints, the
+        drivers' checkpoints, containerd's root (images), the installed hooks, pod logs.
+        `hardware` runs before boot: devices that disappeared with the namespaces (veths)
+        come back as a physical device would.
+        """
+        began = time.monotonic()
+        self.kubelet.stop(grace=0)
+        self.containerd.stop(grace=0)
+        self._kill_containers()
+        self._kill_shims()
+        _remove_cgroups()
+        self._unmount_all(keep_self=True)
+        for folder in (self.paths.cdi, self.containerd.paths.state, self.containerd.paths.runc_root):
+            shutil.rmtree(folder, ignore_errors=True)
+        self.paths.cdi.mkdir()
+        for sock in (self.containerd.paths.socket, self.containerd.paths.nri_socket):
+            sock.unlink(missing_ok=True)
+        self._clean_hardcoded(keep_folders=True)
+        for hierarchy in _cgroup_hierarchies():
+            (hierarchy / CGROUP_ROOT.lstrip("/")).mkdir(exist_ok=True)
+        if hardware is not None:
+            hardware()
+        self.containerd.start()
+        self.kubelet.start()
+        self.wait_node_ready(timeout)
+        return time.monotonic() - began
+
     def leftovers(self) -> list[str]:
         """What a stopped node still left on the machine (empty after a clean stop())."""
         inside = [m for m in _mount_points() if m == str(self.run_dir) or m.startswith(f"{self.run_dir}/")]
@@ -351,12 +384,17 @@ class RealNode:
             mine = [p for p in mine if Path(f"/proc/{p}").exists()]
             time.sleep(0.1)
 
-    def _unmount_all(self) -> None:
+    def _unmount_all(self, *, keep_self: bool = False) -> None:
         """Every mount under the run folder, deepest first, then the folder's own bind mount."""
         prefix = str(self.run_dir)
+        mine = (
+            (lambda m: m.startswith(prefix + "/"))
+            if keep_self
+            else (lambda m: m == prefix or m.startswith(prefix + "/"))
+        )
         for attempt in range(3):
             points = sorted(
-                (m for m in _mount_points() if m == prefix or m.startswith(prefix + "/")),
+                (m for m in _mount_points() if mine(m)),
                 key=lambda m: m.count("/"),
                 reverse=True,
             )
@@ -365,11 +403,11 @@ class RealNode:
             for m in points:
                 flags = ["-l"] if attempt else []
                 subprocess.run(["umount", *flags, m], capture_output=True, timeout=30, check=False)
-        left = [m for m in _mount_points() if m.startswith(prefix)]
+        left = [m for m in _mount_points() if mine(m)]
         if left:
             raise RuntimeError(f"still mounted: {left}")
 
-    def _clean_hardcoded(self) -> None:
+    def _clean_hardcoded(self, *, keep_folders: bool = False) -> None:
         if CONTAINER_LOG_LINKS.is_dir():
             for link in CONTAINER_LOG_LINKS.iterdir():
                 with contextlib.suppress(OSError):
@@ -382,7 +420,7 @@ class RealNode:
                 # A shim socket whose shim is gone refuses connections; ours are all gone by now.
                 if sock.is_socket() and not _socket_listening(sock):
                     sock.unlink(missing_ok=True)
-        for path in reversed(self._created):
+        for path in [] if keep_folders else reversed(self._created):
             with contextlib.suppress(OSError):
                 path.rmdir() if path != SHIM_SOCKET_DIR.parent else _rmdir_tree_if_empty(path)
 
