@@ -4,10 +4,10 @@ A claim lines a GPU up with its NIC through `matchAttribute` on these keys, so t
 accelerator driver must spell them identically for the same function: one function here,
 used by both, rather than two copies that drift.
 
-- `resource.kubernetes.io/pciBusID`: only for addresses the upstream helper accepts (facts
-  §6.2: lowercase, 4-hex domain). Devices behind Intel VMD have 5-hex domains (`10000:e1:00.0`);
-  upstream drivers never publish those, so neither do we (the driver's own `pciAddress` keeps
-  the address).
+- `resource.kubernetes.io/pciBusID`: only for addresses the upstream helper accepts
+  (docs/design/resourceslices.md: lowercase, 4-hex domain). Devices behind Intel VMD have
+  5-hex domains (`10000:e1:00.0`); upstream drivers never publish those, so neither do we (the
+  driver's own `pciAddress` keeps the address).
 - `resource.kubernetes.io/pcieRoot`: the first folder under `sys/devices` (discovery follows the
   upstream rule); absent for hosts outside `sys/devices/pci...` (Hyper-V vPCI).
 - `resource.kubernetes.io/numaNode`: only when the kernel knows it; never -1, which would match

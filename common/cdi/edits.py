@@ -1,4 +1,4 @@
-"""CDI container edits as typed data (CDI spec §containerEdits, ../shared/spec §8.3).
+"""CDI container edits as typed data (docs/design/cdi.md).
 
 Drivers return these from prepare; the runtime turns them into one CDI spec file per claim and
 derives the minimum cdiVersion from the fields actually used.

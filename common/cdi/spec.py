@@ -19,7 +19,7 @@ from typing import Any
 
 from topodra.common.cdi.edits import ContainerEdits, DeviceNode, Hook, Mount, NetDevice
 
-# CDI §8.4: vendor and class start with a letter, end with a letter or digit.
+# docs/design/cdi.md: vendor and class start with a letter, end with a letter or digit.
 _VENDOR_OR_CLASS = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 _DEVICE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 _HOOK_NAMES = frozenset({"createRuntime", "createContainer", "startContainer", "poststart", "poststop"})
@@ -216,7 +216,7 @@ def _edits_version(e: ContainerEdits) -> str:
 
 
 def minimum_version(kind: str, devices: Sequence[SpecDevice], spec_edits: ContainerEdits) -> str:
-    """The lowest cdiVersion whose schema covers every field used (../shared/spec §8.1)."""
+    """The lowest cdiVersion whose schema covers every field used (docs/design/cdi.md)."""
     needed = [_edits_version(spec_edits), *(_edits_version(d.edits) for d in devices)]
     if any(d.name[:1].isdigit() for d in devices):
         needed.append("0.5.0")

@@ -4,7 +4,7 @@
 would write. The server changes a slice we sent in three ways that do not change its meaning:
 quantities come back in canonical form ("1000m" -> "1"), taints gain `timeAdded`, and empty
 or false optional fields are omitted. A field guarded by a disabled feature gate is silently
-dropped (facts §4.5); that one does change the meaning, so it is detected and reported, and
+dropped (docs/design/resourceslices.md); that one does change the meaning, so it is detected and reported, and
 then expected, so that we do not rewrite forever.
 """
 

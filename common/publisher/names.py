@@ -1,4 +1,5 @@
-"""The API server's name rules for what a ResourceSlice carries (facts §4.3), as predicates.
+"""The API server's name rules for what a ResourceSlice carries, as predicates
+(docs/design/resourceslices.md).
 
 Checked before publishing so that one bad name costs one device or attribute, not the whole
 slice (the API server rejects a slice as a unit).
@@ -30,7 +31,7 @@ POOL_NAME_MAX = 253
 LABEL_VALUE_MAX = 63
 
 STANDARD_PREFIX = "resource.kubernetes.io/"
-# The only names defined under resource.kubernetes.io (facts §6.1); we never invent others.
+# The only names defined under resource.kubernetes.io (docs/design/resourceslices.md); we never invent others.
 STANDARD_ATTRIBUTES = frozenset({"pcieRoot", "pciBusID", "numaNode"})
 
 

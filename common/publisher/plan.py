@@ -1,7 +1,7 @@
 """One sync of a node-local pool as a pure decision: what to delete, update and create.
 
-Follows the upstream helper's rules (facts §7.2) so the scheduler sees the same pool semantics
-from us as from a Go driver:
+Follows the upstream helper's rules (docs/design/resourceslices.md) so the scheduler sees the
+same pool semantics from us as from a Go driver:
 - the pool generation starts at the highest stored one; it is kept when no slice is new and at
   most one slice changed (one slice can be swapped atomically), otherwise it goes up by one and
   every slice is rewritten with it and with `resourceSliceCount`;

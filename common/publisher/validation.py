@@ -1,4 +1,4 @@
-"""Pre-publish validation with the API server's limits (facts §4.2-4.4).
+"""Pre-publish validation with the API server's limits (docs/design/resourceslices.md).
 
 The API server rejects a ResourceSlice as a whole, so one bad attribute would hide every other
 device of the slice. We check each device first and leave out only what is broken:

@@ -1,4 +1,4 @@
-"""The plugin registration service the kubelet's plugin watcher calls (shared spec §2).
+"""The plugin registration service the kubelet's plugin watcher calls (docs/design/kubelet.md).
 
 The kubelet finds our registration socket in `plugins_registry`, asks `GetInfo` (1 s deadline)
 and reports the outcome with `NotifyRegistrationStatus`. The outcome is kept here because
@@ -20,7 +20,7 @@ from topodra.common.runtime import grpcglue, metrics
 from topodra.proto.pluginregistration.v1 import api_pb2 as pb
 
 PLUGIN_TYPE = "DRAPlugin"
-# Order matters: the kubelet takes the first entry it supports (spec §1.5).
+# Order matters: the kubelet takes the first entry it supports (docs/design/kubelet.md).
 SUPPORTED_VERSIONS = (
     "v1.DRAPlugin",
     "v1beta1.DRAPlugin",

@@ -1,6 +1,6 @@
 """Where a plugin's unix sockets live, what they are called, and how they are opened and removed.
 
-Names follow the kubelet helper (shared spec §1.6) so that two instances of a driver can run
+Names follow the kubelet helper (docs/design/kubelet.md) so that two instances of a driver can run
 side by side during a rolling update: with a pod UID each instance gets its own DRA and
 registration socket. Sockets are owner-only: the kubelet runs as root and nobody else has any
 business talking to a DRA driver.

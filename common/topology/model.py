@@ -166,7 +166,7 @@ class PciFunction:
     iommu_group: int | None
     sriov: Sriov | None
     link: PcieLink | None
-    pcie_root: str | None  # §6.2 rule: first component under devices/ (e.g. "pci0000:00")
+    pcie_root: str | None  # docs/design/resourceslices.md: first component under devices/ (e.g. "pci0000:00")
     root_bus: str | None  # innermost pciDDDD:BB folder on the path (fixtures' `root`)
     # PCI-to-PCI bridges above it, root-most first; None when its place in the tree is unknown
     # (its bus entry is a plain folder found nowhere under devices/): unknown is not "on a root port"

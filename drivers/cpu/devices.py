@@ -225,9 +225,9 @@ def _node_package(topo: Topology, node: int) -> int | None:
 
 
 def numa_list(topo: Topology, node: int) -> tuple[int, ...]:
-    """The list form of numaNode (facts §6.3): the node, then the other nodes at the minimum SLIT
-    distance that are not known to sit on another socket, ascending; just the node when any of
-    that cannot be read."""
+    """The list form of numaNode (docs/design/resourceslices.md): the node, then the other nodes
+    at the minimum SLIT distance that are not known to sit on another socket, ascending; just
+    the node when any of that cannot be read."""
     info = topo.numa_node(node)
     if info is None:
         return (node,)
