@@ -37,10 +37,10 @@ from topodra.common.runtime.claimsource import ClaimNotFound
 from topodra.common.runtime.driver import (
     AllocatedDevice,
     ClaimRef,
-    DeviceHealth,
     OpaqueConfig,
     Preparation,
     PreparedDevice,
+    Scan,
 )
 
 DRIVER = "bench.topodra.io"
@@ -51,10 +51,10 @@ class BenchDriver:
     name = DRIVER
 
     def __init__(self, n: int) -> None:
-        self._devices = [Device(f"dev-{i}") for i in range(n)]
+        self._devices = tuple(Device(f"dev-{i}") for i in range(n))
 
-    def devices(self) -> Sequence[Device]:
-        return self._devices
+    def scan(self) -> Scan:
+        return Scan(self._devices)
 
     def prepare(
         self, claim: ClaimRef, results: Sequence[AllocatedDevice], config: Sequence[OpaqueConfig]
@@ -71,9 +71,6 @@ class BenchDriver:
 
     def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:
         pass
-
-    def health(self) -> Mapping[str, DeviceHealth]:
-        return {}
 
 
 def claim(ns: str, name: str, uid: str, device: str) -> dict[str, Any]:

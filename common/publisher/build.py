@@ -20,7 +20,8 @@ MAX_DEVICES = 128  # ResourceSliceMaxDevices
 MAX_DEVICES_ADVANCED = 64  # ...WithAdvancedFeatures: taints, consumesCounters, list attributes
 MAX_COUNTER_SETS = 8  # per slice
 # The API server appends 5 random characters to generateName and keeps names ≤63, so it cuts
-# longer prefixes to 58 (facts §7.2, "believed"); we cut the same way so our output is exact.
+# longer prefixes to 58 (docs/design/resourceslices.md; not verified on every release); we cut
+# the same way so our output is exact.
 GENERATE_NAME_MAX = 58
 INDEX_WIDTH_MIN = 5
 PLACEHOLDER_NODE_UID = "00000000-0000-0000-0000-000000000000"
@@ -178,32 +179,3 @@ def build_slices(
         limits=limits,
     )
     return list(desired.slices)
-
-
-def merge_retained(
-    current: Sequence[Device], retained: Mapping[str, Device], previous: Sequence[str] = ()
-) -> list[Device]:
-    """Current devices in the driver's order plus allocated devices gone from the host view.
-
-    A NIC moved into a pod's network namespace disappears from discovery while allocated; it
-    stays published with its last attributes. It goes back where it was in `previous` (the last
-    published order: right after its nearest earlier neighbour still present), so that its
-    absence from discovery does not shift, and rewrite, the other slices. Without history it is
-    appended.
-    """
-    result = list(current)
-    present = {d.name for d in result}
-    missing = [d for name, d in retained.items() if name not in present]
-    position = {name: i for i, name in enumerate(previous)}
-    for device in sorted(missing, key=lambda d: position.get(d.name, len(position))):
-        at = len(result)
-        if device.name in position:
-            at = 0
-            before = set(previous[: position[device.name]])
-            for i in range(len(result) - 1, -1, -1):
-                if result[i].name in before:
-                    at = i + 1
-                    break
-        result.insert(at, device)
-        present.add(device.name)
-    return result

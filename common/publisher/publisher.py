@@ -30,7 +30,7 @@ from topodra.common.device import CounterSet, Device
 from topodra.common.publisher import compare
 from topodra.common.publisher.api import ApiError, KubeSliceApi, SliceApi, WatchStream
 from topodra.common.publisher.backoff import Backoff
-from topodra.common.publisher.build import merge_retained, slice_specs
+from topodra.common.publisher.build import slice_specs
 from topodra.common.publisher.plan import Delete, SyncPlan, infer_dropped, plan_sync
 from topodra.common.publisher.validation import DEFAULT_LIMITS, Limits, Problem, validate
 from topodra.common.runtime import metrics
@@ -129,19 +129,11 @@ class SlicePublisher:
 
     # ---- what the runtime calls -------------------------------------------------------------
 
-    def set_devices(
-        self,
-        devices: Sequence[Device],
-        *,
-        retained: Mapping[str, Device] | None = None,
-        counter_sets: Sequence[CounterSet] = (),
-    ) -> None:
-        """Publish exactly these devices (plus `retained`: allocated devices gone from discovery,
-        with their last known attributes). Validation problems are logged once per change."""
+    def set_devices(self, devices: Sequence[Device], *, counter_sets: Sequence[CounterSet] = ()) -> None:
+        """Publish exactly these devices, in this order (the inventory's snapshot). Validation
+        problems are logged once per change."""
         with self._cond:
-            previous = [d.name for d in self._devices]
-            merged = merge_retained(devices, retained or {}, previous)
-            checked = validate(merged, counter_sets, self._limits)
+            checked = validate(devices, counter_sets, self._limits)
             specs = slice_specs(self.driver_name, self.node_name, checked.devices, checked.counter_sets)
             if checked.problems != self._problems:
                 for problem in checked.problems:
@@ -366,7 +358,8 @@ class SlicePublisher:
         return result
 
     def _list_attributes_rejected(self, err: ApiError, body: Mapping[str, Any]) -> bool:
-        """A list attribute is dropped and then fails validation when its gate is off (§4.5)."""
+        """A list attribute is dropped and then fails validation when its gate is off
+        (docs/design/resourceslices.md)."""
         spec = body.get("spec") or {}
         hint = any(word in err.reason for word in ("ints", "bools", "strings", "versions", "exactly one"))
         with self._cond:

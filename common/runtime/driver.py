@@ -1,7 +1,9 @@
 """The contract between the shared kubelet-plugin runtime and one driver.
 
-A driver knows its devices and how to prepare them; everything else (gRPC, registration,
-checkpointing, CDI files, claim fetching and validation, publishing) belongs to the runtime.
+A driver knows how to find its devices and how to prepare them; everything else belongs to the
+runtime: when to look again and what to publish (common/inventory), gRPC, registration,
+checkpointing, CDI files, claim fetching and validation. What a driver may offer beyond the
+four methods below is declared in common/runtime/capabilities.py and checked there, once.
 """
 
 from __future__ import annotations
@@ -76,6 +78,21 @@ class Health(Enum):
 class DeviceHealth:
     health: Health
     message: str = ""
+    reason: str = ""  # CamelCase token for the taint value of an unhealthy device, e.g. "LinkDown"
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """What one look at the host found.
+
+    `devices` are the devices on the host now, in the order they should be published. `held`
+    are the devices prepared claims hold, as last seen on the host: the inventory keeps them
+    published while they are absent from `devices` (a NIC inside a pod, an accelerator that
+    fell off the bus), so the scheduler keeps seeing what is allocated.
+    """
+
+    devices: tuple[Device, ...]
+    held: Mapping[str, Device] = field(default_factory=dict)
 
 
 class PrepareError(Exception):
@@ -85,8 +102,8 @@ class PrepareError(Exception):
 class Driver(Protocol):
     name: str  # the DRA driver name, e.g. "cpu.topodra.io"
 
-    def devices(self) -> Sequence[Device]:
-        """Devices to publish for this node now (re-evaluated on rescans)."""
+    def scan(self) -> Scan:
+        """Look at the host now. The inventory decides when; a scan may be a full discovery."""
         ...
 
     def prepare(
@@ -101,10 +118,6 @@ class Driver(Protocol):
 
     def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:
         """After a restart: learn which claims hold what, from the checkpoint."""
-        ...
-
-    def health(self) -> Mapping[str, DeviceHealth]:
-        """Health by device name; devices not listed are reported UNKNOWN."""
         ...
 
 
@@ -150,8 +163,8 @@ class ClaimStatusError(Exception):
 class ClaimStatusWriter(Protocol):
     """Writes this driver's entries of `ResourceClaim.status.devices` (resourceclaims/status).
 
-    The runtime builds one per driver and hands it to drivers that implement
-    `set_status_writer` (see `StatusWritingDriver`); other drivers never see it.
+    The runtime builds one per driver and hands it to drivers that declare
+    `capabilities.WritesClaimStatus`; other drivers never see it.
     """
 
     def set_devices(self, claim: ClaimRef, devices: Sequence[AllocatedDeviceStatus]) -> None:
@@ -161,9 +174,3 @@ class ClaimStatusWriter(Protocol):
     def remove_devices(self, claim: ClaimRef, keys: Sequence[tuple[str, str, str | None]]) -> None:
         """Drop our entries with these (pool, device, shareID); a missing claim is fine."""
         ...
-
-
-class StatusWritingDriver(Driver, Protocol):
-    """A Driver that also writes claim status; the runtime calls this once before serving."""
-
-    def set_status_writer(self, writer: ClaimStatusWriter) -> None: ...

@@ -1,13 +1,15 @@
 """One driver's kubelet plugin: its sockets, its gRPC servers and what hangs off them.
 
     plugin = Plugin(driver, processor, PluginOptions(kubelet_root=..., node_name=...), publisher)
-    plugin.start()        # DRA socket first, then the registration socket (kubelet may dial at once)
+    plugin.start()        # inventory, DRA socket, publisher, then the registration socket
     ...
     plugin.stop()         # registration socket first, so the kubelet stops routing to us
 
 `Plugin.run()` does both around SIGTERM/SIGINT; `serve_all` does it for several plugins in one
 process (`topodra serve all`). Claim processing lives behind `ClaimProcessor`; publishing
-ResourceSlices behind `Publisher` (common/publisher's SlicePublisher fits it).
+ResourceSlices behind `Publisher` (common/publisher's SlicePublisher fits it). The plugin runs
+the driver's inventory (common/inventory): the publisher and the health stream follow its
+snapshots, and every unprepare asks it to scan again (a released device may be back on the host).
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from typing import Any, Protocol
 import grpc
 from topodra.common import logs
 from topodra.common.device import Device
+from topodra.common.inventory import DevicesTo, Inventory
 from topodra.common.runtime import sockets
 from topodra.common.runtime.draserver import DRAServicer
-from topodra.common.runtime.driver import Driver
-from topodra.common.runtime.health import HealthMonitor
+from topodra.common.runtime.driver import ClaimRef, Driver
+from topodra.common.runtime.health import HealthStream
 from topodra.common.runtime.registration import RegistrationServicer
-from topodra.common.runtime.seams import ClaimProcessor
+from topodra.common.runtime.seams import ClaimOutcome, ClaimProcessor
 
 DEFAULT_KUBELET_ROOT = Path("/var/lib/kubelet")
 
@@ -48,7 +51,6 @@ class PluginOptions:
     pod_uid: str | None = None  # set: rolling-update socket names (two instances side by side)
     pool: str | None = None  # the ResourceSlice pool of our devices; default: the node name
     grpc_workers: int = 16  # health streams hold a worker each while open
-    health_poll_interval: float = 1.0
     health_resend_interval: float = 10.0
     health_timeout_seconds: int = 30
     stop_grace: float = 5.0
@@ -59,6 +61,24 @@ class PluginOptions:
 def plugin_dir(driver_name: str, options: PluginOptions) -> Path:
     """The driver's own folder: `<kubelet root>/plugins/<driver>` unless set explicitly."""
     return options.plugin_dir or options.kubelet_root / "plugins" / sockets.check_driver_name(driver_name)
+
+
+class _RescanAfterUnprepare:
+    """The claim processor as the DRA servicer sees it: an unprepare may give a device back to
+    the host (a NIC out of its pod), so the inventory looks again at once."""
+
+    def __init__(self, processor: ClaimProcessor, inventory: Inventory) -> None:
+        self._processor = processor
+        self._inventory = inventory
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
+        return self._processor.prepare(claims)
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        try:
+            return self._processor.unprepare(claims)
+        finally:
+            self._inventory.request_rescan()
 
 
 @dataclass(slots=True)
@@ -87,11 +107,13 @@ class Plugin:
         processor: ClaimProcessor,
         options: PluginOptions,
         publisher: Publisher | None = None,
+        inventory: Inventory | None = None,
     ) -> None:
         self.driver = driver
         self.processor = processor
         self.options = options
         self.publisher = publisher
+        self.inventory = inventory or Inventory(driver)
         name = sockets.check_driver_name(driver.name)
         self.registry_dir = options.registry_dir or options.kubelet_root / "plugins_registry"
         self.plugin_dir = plugin_dir(name, options)
@@ -99,15 +121,15 @@ class Plugin:
         self.dra_socket = sockets.dra_socket(self.plugin_dir, options.pod_uid)
         self.registration_socket = sockets.registration_socket(self.registry_dir, name, options.pod_uid)
         self.registration = RegistrationServicer(name, self.dra_socket)
-        self.dra = DRAServicer(name, processor)
-        self.health = HealthMonitor(
-            driver,
+        self.dra = DRAServicer(name, _RescanAfterUnprepare(processor, self.inventory))
+        self.health = HealthStream(
+            self.inventory,
             options.pool or options.node_name,
-            poll_interval=options.health_poll_interval,
             resend_interval=options.health_resend_interval,
             timeout_seconds=options.health_timeout_seconds,
-            on_devices=publisher.set_devices if publisher else None,
         )
+        if publisher is not None:
+            self.inventory.subscribe(DevicesTo(publisher.set_devices))
         self._dra_server: _Server | None = None
         self._reg_server: _Server | None = None
         self._lock = threading.Lock()
@@ -119,6 +141,7 @@ class Plugin:
             if self._dra_server is not None:
                 return
             try:
+                self.inventory.start()
                 self.health.start()
                 self._dra_server = self._listen(
                     self.dra_socket,
@@ -156,6 +179,7 @@ class Plugin:
             running.socket.remove()
             setattr(self, attr, None)
         self.health.stop()
+        self.inventory.stop()
         if self.publisher is not None:
             try:
                 self.publisher.stop()

@@ -1,11 +1,13 @@
-"""One driver's complete node service: claim core + kubelet plugin + slice publisher.
+"""One driver's complete node service: claim core + inventory + kubelet plugin + slice publisher.
 
     service = DriverService.create(driver, claim_source, PluginOptions(...), cdi_root=..., publisher=...)
     serve_all([service, ...])          # what `topodra serve` does
 
-Order matters. Start: recover the checkpoint and reconcile (a reboot emptied /var/run/cdi),
-then open the DRA socket, then the registration socket, so the kubelet never reaches a plugin
-that does not know its own claims yet. Stop: the plugin first, then the claim core.
+Order matters. Start: recover the checkpoint and reconcile (a reboot emptied /var/run/cdi), so
+that the driver knows what its claims hold before the inventory's first scan; then the plugin
+(inventory, DRA socket, publisher, registration socket), so the kubelet never reaches a plugin
+that does not know its own claims yet. Stop: the plugin first, then the claim core. The claim
+core checks allocations against the inventory's published devices.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from topodra.common import logs
+from topodra.common.inventory import Inventory
 from topodra.common.runtime.claims import ClaimManager
 from topodra.common.runtime.claimsource import ClaimSource
 from topodra.common.runtime.driver import Driver
@@ -43,8 +46,11 @@ class DriverService:
         """`state_dir` defaults to the driver's plugin folder (host disk, survives reboots)."""
         pool = options.pool or options.node_name
         folder = state_dir or plugin_dir(driver.name, options)
-        claims = ClaimManager.create(driver, options.node_name, claim_source, folder, cdi_root, pools=[pool])
-        plugin = Plugin(driver, claims, options, publisher)
+        inventory = Inventory(driver)
+        claims = ClaimManager.create(
+            driver, options.node_name, claim_source, folder, cdi_root, pools=[pool], devices=inventory.devices
+        )
+        plugin = Plugin(driver, claims, options, publisher, inventory)
         return cls(plugin, claims, reconcile_interval)
 
     def start(self) -> None:

@@ -7,24 +7,22 @@ the checkpointed `Preparation.state` (with the published device), so a restarted
 it, and an allocated accelerator that vanishes from the host (hot-unplug, a GPU off the bus)
 stays published with its last attributes, unhealthy, until its claim is unprepared.
 
-Discovery is cached: the health monitor asks for devices every second, so a full rediscovery
-happens only when forced (prepare), when `rescan_interval` passed, or when a cheap signature
-changed (listings of PCI functions, DRM/accel/VFIO classes, and the driver links of the
-functions that matter), which catches hot-plug, rebinds and new nodes at once.
+When to scan is the inventory's decision (common/inventory): uevents of the PCI, DRM, accel
+and VFIO classes, or a changed listing of those folders or of a PCI function's driver link
+(a rebind) polled every `--accelerator-rescan-interval`. Prepare looks at the host itself.
 """
 
 from __future__ import annotations
 
-import os
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from topodra.common import logs
 from topodra.common.cdi.edits import ContainerEdits, DeviceNode
-from topodra.common.device import Device, Taint, device_from_api
+from topodra.common.device import Device, device_from_api
+from topodra.common.inventory import Policy
 from topodra.common.runtime.config import ConfigError, describe_claim
 from topodra.common.runtime.driver import (
     AllocatedDevice,
@@ -35,6 +33,7 @@ from topodra.common.runtime.driver import (
     Preparation,
     PreparedDevice,
     PrepareError,
+    Scan,
 )
 from topodra.common.topology import discover
 from topodra.common.topology.model import Topology
@@ -44,10 +43,9 @@ from topodra.drivers.accelerator.options import AcceleratorOptions
 
 TAINT_KEY = f"{DRIVER}/unhealthy"
 ENV = "TOPODRA_ACCELERATORS"
-_SIGNATURE_DIRS = ("sys/bus/pci/devices", "sys/class/drm", "sys/class/accel", "sys/class/vfio")
+SUBSYSTEMS = ("pci", "drm", "accel", "vfio")
+_LISTINGS = ("sys/class/drm", "sys/class/accel", "sys/class/vfio")
 _log = logs.get("topodra.accelerator")
-
-Signature = tuple[tuple[str, ...], ...]
 
 
 @dataclass(slots=True)
@@ -60,80 +58,64 @@ class _Held:
     driver: str | None
 
 
-@dataclass(slots=True)
-class _View:
-    accelerators: dict[str, Accelerator]
-    watched: tuple[str, ...]  # addresses whose driver link is part of the signature
-    at: float
-    signature: Signature
-
-
 class AcceleratorDriver:
     """Implements the Driver protocol for `accelerator.topodra.io`."""
 
     name = DRIVER
 
     def __init__(
-        self,
-        options: AcceleratorOptions,
-        *,
-        discover_fn: Callable[[str], Topology] = discover,
-        clock: Callable[[], float] = time.monotonic,
+        self, options: AcceleratorOptions, *, discover_fn: Callable[[str], Topology] = discover
     ) -> None:
         self.options = options
         self._discover = discover_fn
-        self._clock = clock
         self._lock = threading.RLock()
-        self._view: _View | None = None
+        self._accelerators: dict[str, Accelerator] | None = None  # as of the last look
         self._held: dict[str, _Held] = {}
         self._aer = health.AerBaselines()
         self._known: set[str] = set()  # addresses published by this process, while present
         self._bound: dict[str, str] = {}  # last kernel driver seen bound, by address
         self._log = _log.bind(driver=DRIVER, node=options.node_name)
 
+    def inventory_policy(self) -> Policy:
+        return Policy(
+            sysfs_root=str(self.options.sysfs_root),
+            subsystems=SUBSYSTEMS,
+            listings=_LISTINGS,
+            links=((health.BUS, "driver"),),
+            interval=self.options.rescan_interval,
+            taint_unhealthy=self.options.taint_unhealthy,
+            taint_key=TAINT_KEY,
+        )
+
     # --- the host view ----------------------------------------------------------------------------
-    def _signature(self, watched: Sequence[str]) -> Signature:
-        root = self.options.sysfs_root
-
-        def names(rel: str) -> tuple[str, ...]:
-            try:
-                return tuple(sorted(os.listdir(root / rel)))
-            except OSError:
-                return ()
-
-        links = tuple(health.bound_driver(root / health.BUS / a) or "" for a in watched)
-        return (*(names(d) for d in _SIGNATURE_DIRS), links)
-
-    def _refresh(self, force: bool = False) -> dict[str, Accelerator]:
-        now = self._clock()
-        v = self._view
-        fresh = v is not None and not force and now - v.at < self.options.rescan_interval
-        if v is not None and fresh and self._signature(v.watched) == v.signature:
-            return v.accelerators
+    def _look(self) -> dict[str, Accelerator]:
+        """Discover now (caller holds the lock)."""
         root = self.options.sysfs_root
         topo = self._discover(str(root))
         verdicts = [self._sticky(v) for v in selection.verdicts(topo, self.options)]
         self._known = {v.function.address for v in verdicts if v.selected}
         host = probe.probe(root, [x.function for x in verdicts if x.selected], self.options.pci_ids)
         accs = {a.name: a for a in build_accelerators(topo, host, self.options, verdicts)}
-        watched = tuple(x.function.address for x in verdicts)
         for a in accs.values():
             if a.aer_fatal is not None and a.address not in self._aer.seen:
                 self._aer.seen[a.address] = a.aer_fatal
             if a.driver is not None:
                 self._bound[a.address] = a.driver
+            held = self._held.get(a.name)
+            if held is not None:
+                held.device, held.driver = a.device, a.driver
         kept = {a.address for a in accs.values()} | {h.address for h in self._held.values()}
         for address in list(self._aer.seen):
             if address not in kept:
                 self._aer.forget(address)
         self._bound = {a: drv for a, drv in self._bound.items() if a in kept}
-        if v is None or set(accs) != set(v.accelerators):
+        if self._accelerators is None or set(accs) != set(self._accelerators):
             self._log.info(
                 f"discovered {len(accs)} accelerators",
                 devices=sorted(accs),
                 skipped={x.function.address: x.reason for x in verdicts if not x.selected},
             )
-        self._view = _View(accs, watched, now, self._signature(watched))
+        self._accelerators = accs
         return accs
 
     def _sticky(self, v: selection.Verdict) -> selection.Verdict:
@@ -144,51 +126,37 @@ class AcceleratorDriver:
             return v
         return selection.Verdict(v.function, True, f"published before; now: {v.reason}")
 
-    # --- Driver protocol ----------------------------------------------------------------------
-    def devices(self) -> Sequence[Device]:
+    # --- Driver protocol and capabilities -----------------------------------------------------
+    def scan(self) -> Scan:
         with self._lock:
-            accs = self._refresh()
-            states = self._health_locked(accs)
-            out: dict[str, Device] = {}
-            for name, acc in accs.items():
-                held = self._held.get(name)
-                if held is not None:
-                    held.device, held.driver = acc.device, acc.driver
-                out[name] = acc.device
+            accs = self._look()
+            return Scan(
+                tuple(accs[n].device for n in sorted(accs)),
+                {name: h.device for name, h in self._held.items()},
+            )
+
+    def check_health(self) -> Mapping[str, DeviceHealth]:
+        with self._lock:
+            accs = self._accelerators if self._accelerators is not None else self._look()
+            root = self.options.sysfs_root
+            targets = {name: a.address for name, a in accs.items()}
             for name, held in self._held.items():
-                out.setdefault(name, held.device)  # gone from the host: last attributes
-            result = []
-            for name in sorted(out):
-                dev = out[name]
-                h = states.get(name)
-                if self.options.taint_unhealthy and h is not None and h.health is Health.UNHEALTHY:
-                    taint = Taint(TAINT_KEY, health.taint_value(h), "NoSchedule")
-                    dev = replace(dev, taints=(*dev.taints, taint))
-                result.append(dev)
-            return result
-
-    def health(self) -> Mapping[str, DeviceHealth]:
-        with self._lock:
-            return self._health_locked(self._refresh())
-
-    def _health_locked(self, accs: Mapping[str, Accelerator]) -> dict[str, DeviceHealth]:
-        root = self.options.sysfs_root
-        targets = {name: a.address for name, a in accs.items()}
-        for name, held in self._held.items():
-            targets.setdefault(name, held.address)
-        out = {}
-        for name, address in targets.items():
-            o = health.observe(root, address)
-            rise = self._aer.rise(address, o.fatal) if o.present else None
-            h = health.judge(o, rise, self._bound.get(address))
-            acc = accs.get(name)
-            if h.health is Health.HEALTHY and acc is not None and acc.problem is not None:
-                # present and bound, but prepare would refuse it: keep the scheduler away
-                h = DeviceHealth(Health.UNHEALTHY, f"{health.CANNOT_PREPARE}: {acc.problem}")
-            out[name] = h
-            if o.driver is not None:
-                self._bound[address] = o.driver
-        return out
+                targets.setdefault(name, held.address)
+            out = {}
+            for name, address in targets.items():
+                o = health.observe(root, address)
+                rise = self._aer.rise(address, o.fatal) if o.present else None
+                h = health.judge(o, rise, self._bound.get(address))
+                acc = accs.get(name)
+                if h.health is Health.HEALTHY and acc is not None and acc.problem is not None:
+                    # present and bound, but prepare would refuse it: keep the scheduler away
+                    h = DeviceHealth(
+                        Health.UNHEALTHY, f"{health.CANNOT_PREPARE}: {acc.problem}", "CannotPrepare"
+                    )
+                out[name] = h
+                if o.driver is not None:
+                    self._bound[address] = o.driver
+            return out
 
     # --- prepare ------------------------------------------------------------------------------
     def prepare(
@@ -196,7 +164,7 @@ class AcceleratorDriver:
     ) -> Preparation:
         with self._lock:
             _no_parameters(claim, configs)
-            accs = self._refresh(force=True)
+            accs = self._look()
             label = describe_claim(claim)
             chosen: list[tuple[AllocatedDevice, Accelerator]] = []
             for r in results:
@@ -311,7 +279,6 @@ class AcceleratorDriver:
                     if entry.driver:
                         self._bound.setdefault(entry.address, str(entry.driver))
             self._held = held
-            self._view = None
             self._log.info(f"restored {len(held)} allocated accelerators", devices=sorted(held))
 
     # --- introspection (tests, debugging) -----------------------------------------------------
@@ -321,7 +288,7 @@ class AcceleratorDriver:
 
     def accelerators(self) -> dict[str, Accelerator]:
         with self._lock:
-            return dict(self._refresh())
+            return dict(self._look())
 
 
 def _no_parameters(claim: ClaimRef, configs: Sequence[OpaqueConfig]) -> None:

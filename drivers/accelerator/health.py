@@ -82,29 +82,19 @@ class AerBaselines:
 
 
 def judge(o: Observation, rise: tuple[int, int] | None, was_driver: str | None) -> DeviceHealth:
+    """The health, with the reason an unhealthy device's taint carries."""
     if not o.present:
-        return DeviceHealth(Health.UNHEALTHY, "device removed: the PCI function is gone from sysfs")
+        return DeviceHealth(
+            Health.UNHEALTHY, "device removed: the PCI function is gone from sysfs", "DeviceRemoved"
+        )
     if o.driver is None:
         what = f"kernel driver {was_driver} unbound" if was_driver else "no kernel driver is bound"
-        return DeviceHealth(Health.UNHEALTHY, what)
+        return DeviceHealth(Health.UNHEALTHY, what, "DriverUnbound")
     if rise is not None:
         base, now = rise
         return DeviceHealth(
             Health.UNHEALTHY,
             f"PCIe AER: {now - base} fatal error(s) since first seen (TOTAL_ERR_FATAL {base} -> {now})",
+            "AERFatal",
         )
     return DeviceHealth(Health.HEALTHY, f"bound to {o.driver}")
-
-
-def taint_value(h: DeviceHealth) -> str:
-    """A label-value token for the taint (the message has spaces)."""
-    m = h.message
-    if m.startswith("device removed"):
-        return "DeviceRemoved"
-    if "unbound" in m or "no kernel driver" in m:
-        return "DriverUnbound"
-    if m.startswith("PCIe AER"):
-        return "AERFatal"
-    if m.startswith(CANNOT_PREPARE):
-        return "CannotPrepare"
-    return "Unhealthy"

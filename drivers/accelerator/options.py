@@ -72,7 +72,7 @@ class AcceleratorOptions:
     exclude: tuple[IdMatch, ...] = ()  # never publish these
     dev_root: Path = Path("/")  # host device nodes are <dev_root>/dev/...
     taint_unhealthy: bool = False
-    rescan_interval: float = 5.0  # a pod sees no hot-plug uevents: the rescan is how it learns
+    rescan_interval: float = 5.0  # the inventory's polling interval (common/inventory)
     pci_ids: tuple[str, ...] = ()  # pci.ids files tried for product names; empty: the system's
     node_check: str = "strict"  # strict: host nodes must have sysfs's major:minor; exists: any char dev
 
@@ -131,9 +131,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=flags.seconds,
         default=5.0,
         metavar="SECONDS",
-        help="full rediscovery at least this often (default 5: in a pod, where hot-plug uevents do "
-        "not arrive, this is how new or removed functions are seen; a cheap signature check makes "
-        "an unchanged machine cost little)",
+        help="how often the PCI, DRM, accel and VFIO listings and driver links are compared with "
+        "the last scan (default 5); a scan runs only when they changed. Uevents, where they reach "
+        "the driver, are served at once",
     )
     g.add_argument(
         "--accelerator-pci-ids",

@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from topodra.common import logs
+from topodra.common import kube, logs
+from topodra.common.publisher.publisher import SlicePublisher
+from topodra.common.runtime import capabilities
+from topodra.common.runtime.claimsource import KubeClaimSource
+from topodra.common.runtime.claimstatus import KubeClaimStatusWriter
+from topodra.common.runtime.observability import Observability
+from topodra.common.runtime.plugin import PluginOptions, serve_all
+from topodra.common.runtime.service import DriverService
 from topodra.drivers import flags, registry
 from topodra.drivers.cli.inspect import add_root_argument, root_problem
 
@@ -133,28 +141,29 @@ def kubeconfig_problem(path: str) -> str | None:
 
 
 def _api_client(kubeconfig: str | None) -> Any:
-    from topodra.common import kube
-
+    """A kubeconfig that cannot be read or used is a configuration error naming it; anything
+    else (our own bug, a missing module) is not caught here and fails loudly."""
     if kubeconfig and (problem := kubeconfig_problem(kubeconfig)) is not None:
         raise ValueError(problem)
     try:
         return kube.new_api_client(kubeconfig)
     except Exception as e:
+        if not _config_problem(e):
+            raise
         where = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config (no --kubeconfig given)"
         raise ValueError(f"{where}: {e}") from e
 
 
-def _publisher(
-    api_client: Any, driver: str, node: str, delete_on_exit: bool = False, on_status: Any = None
-) -> Any:
-    """`on_status` lets a driver react to what the server did with its slices (e.g. fields a
-    gate-off server dropped), so it can tell the operator which flag to change."""
-    try:
-        from topodra.common.publisher.publisher import SlicePublisher
-    except ImportError:
-        logs.get(__name__, driver=driver).warning("no slice publisher available; devices are not published")
-        return None
-    return SlicePublisher(api_client, driver, node, delete_slices_on_stop=delete_on_exit, on_status=on_status)
+def _config_problem(e: Exception) -> bool:
+    """Errors of reading or using a kubeconfig / the service account. The kubernetes package is
+    imported only now (kube.load() keeps its kubeconfig half out of an in-cluster driver), and
+    yaml only if a kubeconfig was read."""
+    from kubernetes.config.config_exception import ConfigException
+
+    yaml = sys.modules.get("yaml")
+    return isinstance(e, (OSError, ValueError, ConfigException)) or (
+        yaml is not None and isinstance(e, yaml.YAMLError)
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -170,14 +179,12 @@ def run(args: argparse.Namespace) -> int:
     kinds = list(registry.KINDS) if args.kind == "all" else [args.kind]
     try:
         services, observability = build(args, kinds)
-    except Exception as e:
-        # a ValueError is ours and already says what is wrong; anything else needs its type
+    except (ValueError, OSError) as e:  # bad flags, a driver refusing its options, an unreadable file
+        # a ValueError is ours and already says what is wrong; an OSError needs its type
         log.error(
             "configuration failed", error=str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
         )
         return EXIT_CONFIG
-
-    from topodra.common.runtime.plugin import serve_all
 
     try:
         if observability is not None:
@@ -192,13 +199,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def build(args: argparse.Namespace, kinds: list[str]) -> tuple[list[Any], Any]:
-    """The services for `kinds` and the HTTP endpoint, nothing started yet."""
-    from topodra.common.runtime.claimsource import KubeClaimSource
-    from topodra.common.runtime.observability import Observability
-    from topodra.common.runtime.plugin import PluginOptions
-    from topodra.common.runtime.service import DriverService
-
+def build(args: argparse.Namespace, kinds: list[str]) -> tuple[list[DriverService], Observability | None]:
+    """The services for `kinds` and the HTTP endpoint, nothing started yet. A driver's optional
+    capabilities are looked up once, here (common/runtime/capabilities.py)."""
     api = _api_client(args.kubeconfig)
     options = PluginOptions(
         kubelet_root=args.kubelet_root_dir, node_name=args.node_name, pod_uid=args.pod_uid or None
@@ -207,19 +210,18 @@ def build(args: argparse.Namespace, kinds: list[str]) -> tuple[list[Any], Any]:
     services = []
     for kind in kinds:
         driver = registry.create(kind, common)
-        if hasattr(driver, "set_status_writer"):  # StatusWritingDriver (the NIC driver)
-            from topodra.common.runtime.claimstatus import KubeClaimStatusWriter
-
-            driver.set_status_writer(KubeClaimStatusWriter(api, driver.name))
+        caps = capabilities.of(driver)
+        if caps.set_status_writer is not None:
+            caps.set_status_writer(KubeClaimStatusWriter(api, driver.name))
         publisher = (
             None
             if args.no_publish
-            else _publisher(
+            else SlicePublisher(
                 api,
                 driver.name,
                 args.node_name,
-                getattr(args, "delete_slices_on_exit", False),
-                on_status=getattr(driver, "on_publisher_status", None),
+                delete_slices_on_stop=args.delete_slices_on_exit,
+                on_status=caps.on_publisher_status,
             )
         )
         services.append(

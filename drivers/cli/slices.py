@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"topodra slices: {problem}", file=sys.stderr)
         return EXIT_CONFIG
+    from topodra.common.inventory import Inventory
     from topodra.common.publisher.build import build_desired
     from topodra.common.publisher.names import is_dns_subdomain
     from topodra.common.publisher.validation import limits_for
@@ -105,15 +106,12 @@ def run(args: argparse.Namespace) -> int:
     for kind in kinds:
         try:
             driver = registry.create(kind, common)
-            devices = list(driver.devices())
-            counter_sets = list(getattr(driver, "counter_sets", lambda: ())())
+            devices = Inventory(driver).refresh().devices  # as the driver would publish them now
         except Exception as err:
             what = str(err) if isinstance(err, ValueError) else f"{type(err).__name__}: {err}"
             print(f"topodra slices: driver {kind}: {what}", file=sys.stderr)
             return EXIT_CONFIG
-        desired = build_desired(
-            driver.name, args.node_name, args.node_uid, devices, counter_sets=counter_sets, limits=limits
-        )
+        desired = build_desired(driver.name, args.node_name, args.node_uid, devices, limits=limits)
         for p in desired.problems:
             print(f"topodra slices: {driver.name}: {p}", file=sys.stderr)
         problems += len(desired.problems)

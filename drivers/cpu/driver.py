@@ -16,7 +16,6 @@ from typing import Any
 
 from topodra.common import logs
 from topodra.common.cdi.edits import ContainerEdits
-from topodra.common.device import Device
 from topodra.common.publisher import quantity
 from topodra.common.runtime.driver import (
     AllocatedDevice,
@@ -26,6 +25,7 @@ from topodra.common.runtime.driver import (
     Preparation,
     PreparedDevice,
     PrepareError,
+    Scan,
 )
 from topodra.common.topology.model import Topology
 from topodra.drivers.cpu import config as cpuconfig
@@ -81,8 +81,9 @@ class CpuDriver:
 
     # --- Driver protocol ------------------------------------------------------------------------
 
-    def devices(self) -> Sequence[Device]:
-        return self._devices
+    def scan(self) -> Scan:
+        """The devices are fixed when the driver starts: CPUs going offline show in health."""
+        return Scan(self._devices)
 
     def prepare(
         self, claim: ClaimRef, results: Sequence[AllocatedDevice], config: Sequence[OpaqueConfig]
@@ -161,7 +162,7 @@ class CpuDriver:
             count = len(self._holdings.claims())
         self._log.info(f"restored CPU holdings of {count} claims")
 
-    def health(self) -> Mapping[str, DeviceHealth]:
+    def check_health(self) -> Mapping[str, DeviceHealth]:
         return health.health(self.sysfs_root, {name: g.cpus for name, g in self.groups.items()})
 
     # --- extras for the runtime -----------------------------------------------------------------

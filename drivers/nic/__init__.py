@@ -87,7 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=flags.seconds,
         default=5.0,
         metavar="SECONDS",
-        help="full rediscovery at least this often (changes of interfaces or PCI functions are seen at once)",
+        help="how often interfaces and PCI functions are compared with the last scan, and NICs "
+        "inside pods are looked at (default 5); uevents are seen at once",
     )
 
 

@@ -74,11 +74,11 @@ def sysfs_root(kind: str, work: Path) -> Path:
 class DriverDevices:
     driver: str
     devices: tuple[Any, ...]
-    counter_sets: tuple[Any, ...]
 
 
 def driver_devices(root: Path) -> list[DriverDevices]:
     """Every driver's devices for the tree, built as `topodra slices` builds them (default flags)."""
+    from topodra.common.inventory import Inventory
     from topodra.drivers import registry
 
     parser = argparse.ArgumentParser()
@@ -87,8 +87,7 @@ def driver_devices(root: Path) -> list[DriverDevices]:
     out = []
     for kind in registry.KINDS:
         driver = registry.create(kind, registry.CommonOptions(sysfs_root=root, node_name="bench", args=args))
-        counters = tuple(getattr(driver, "counter_sets", lambda: ())())
-        out.append(DriverDevices(driver.name, tuple(driver.devices()), counters))
+        out.append(DriverDevices(driver.name, Inventory(driver).refresh().devices))
     return out
 
 
@@ -97,7 +96,7 @@ def node_slices(node: str, uid: str, drivers: Sequence[DriverDevices]) -> list[d
 
     slices: list[dict[str, Any]] = []
     for d in drivers:
-        desired = build_desired(d.driver, node, uid, d.devices, counter_sets=d.counter_sets)
+        desired = build_desired(d.driver, node, uid, d.devices)
         for p in desired.problems:
             log.warning("node %s driver %s: validation left out: %s", node, d.driver, p)
         slices += desired.slices

@@ -37,6 +37,7 @@ from tests.deploy.render import (
     load,
     parse,
 )
+from tests.kit.inventory import published_list
 
 BASE = load(sorted((DEPLOY / "base").glob("*.yaml")))
 DS = daemonsets(BASE)
@@ -356,7 +357,7 @@ def _published_attributes(root: Path) -> dict[str, set[str]]:
         opts = registry.CommonOptions(sysfs_root=root, node_name="n", args=args)
         driver = registry.create(kind, opts)
         keys: set[str] = set()
-        for dev in driver.devices():
+        for dev in published_list(driver):
             api: dict[str, Any] = dev.to_api()
             keys |= {k if "/" in k else f"{driver.name}/{k}" for k in api.get("attributes", {})}
         out[driver.name] = keys

@@ -1,9 +1,11 @@
 """A small driver and claim processor for exercising the gRPC plane on its own.
 
-`TableDriver` implements the real Driver protocol (the driver boundary) over a fixed device
-list; `TableProcessor` implements ClaimProcessor over a table of allocations, standing in for
-the claim core (claims.ClaimManager) whose own tests cover fetching, checkpointing and CDI.
-Neither imitates the runtime under test: the runtime's sockets, servers and conversions are real.
+`TableDriver` implements the real Driver protocol (the driver boundary) over a device list the
+test sets, and pushes its health to the inventory the way a driver with event-driven health
+would (capabilities.UsesInventory); `TableProcessor` implements ClaimProcessor over a table of
+allocations, standing in for the claim core (claims.ClaimManager) whose own tests cover
+fetching, checkpointing and CDI. Neither imitates the runtime under test: the runtime's
+sockets, servers and conversions are real.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from topodra.common.device import Device
+from topodra.common.inventory import InventoryHandle
 from topodra.common.runtime.driver import (
     AllocatedDevice,
     ClaimRef,
@@ -21,8 +24,11 @@ from topodra.common.runtime.driver import (
     OpaqueConfig,
     Preparation,
     PreparedDevice,
+    Scan,
 )
 from topodra.common.runtime.seams import ClaimOutcome, ResultDevice
+
+VALID_FOR = 3600.0  # the tests' reports do not expire unless a test says so
 
 
 class TableDriver:
@@ -31,22 +37,40 @@ class TableDriver:
         self._devices = [Device(name=n) for n in device_names]
         self._health: dict[str, DeviceHealth] = {n: DeviceHealth(Health.HEALTHY) for n in device_names}
         self._lock = threading.Lock()
+        self.inventory: InventoryHandle | None = None
+        self.valid_for = VALID_FOR
 
-    def devices(self) -> Sequence[Device]:
+    def scan(self) -> Scan:
         with self._lock:
-            return list(self._devices)
+            return Scan(tuple(self._devices))
+
+    def bind_inventory(self, inventory: InventoryHandle) -> None:
+        self.inventory = inventory
+        self._push()
+
+    def _push(self) -> None:
+        with self._lock:
+            health, inventory = dict(self._health), self.inventory
+        if inventory is not None:
+            inventory.report_health(health, valid_for=self.valid_for)
 
     def set_devices(self, names: Sequence[str]) -> None:
+        """A device comes or goes; the inventory is told, as a uevent would tell it."""
         with self._lock:
             self._devices = [Device(name=n) for n in names]
+            inventory = self.inventory
+        if inventory is not None:
+            inventory.request_rescan()
 
     def set_health(self, device: str, health: Health, message: str = "") -> None:
         with self._lock:
             self._health[device] = DeviceHealth(health, message)
+        self._push()
 
     def forget_health(self, device: str) -> None:
         with self._lock:
             self._health.pop(device, None)
+        self._push()
 
     def prepare(
         self, claim: ClaimRef, results: Sequence[AllocatedDevice], config: Sequence[OpaqueConfig]
@@ -58,10 +82,6 @@ class TableDriver:
 
     def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:
         pass
-
-    def health(self) -> Mapping[str, DeviceHealth]:
-        with self._lock:
-            return dict(self._health)
 
 
 @dataclass

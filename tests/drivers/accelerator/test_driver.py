@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from topodra.common.device import Device
+from topodra.common.inventory import Inventory
 from topodra.common.runtime.config import ConfigError
 from topodra.common.runtime.driver import (
     AllocatedDevice,
@@ -31,6 +32,7 @@ from topodra.drivers.accelerator.driver import ENV, TAINT_KEY, AcceleratorDriver
 from topodra.drivers.accelerator.options import AcceleratorOptions
 
 from tests.drivers.accelerator.conftest import add_vfio_groups, fn_dir, make_node
+from tests.kit.inventory import health, no_uevents, published_list, wait_for
 
 NODE = "node-a"
 GPU0, GPU1 = "pci-0000-01-00-0", "pci-0000-06-00-0"  # gpu-box: MI210s on their own roots
@@ -166,12 +168,12 @@ def test_an_nvidia_gpu_without_a_known_minor_is_refused(tree: Callable[[str], Pa
     with pytest.raises(PrepareError, match=r"information gives no Device Minor"):
         d.prepare(claim(), [alloc(name)], [])
     # and the scheduler is told: unhealthy, tainted, while the AMD GPUs are fine
-    h = d.health()
+    h = health(d)
     assert h[name].health is Health.UNHEALTHY and h[name].message.startswith(
         "cannot be prepared: bound to nvidia"
     )
     assert h[GPU0].health is Health.HEALTHY
-    taints = {x.name: [(t.key, t.value) for t in x.taints] for x in d.devices()}
+    taints = {x.name: [(t.key, t.value) for t in x.taints] for x in published_list(d)}
     assert taints[name] == [(TAINT_KEY, "CannotPrepare")] and taints[GPU0] == []
 
 
@@ -226,11 +228,11 @@ def test_unbound_device_is_refused_and_unhealthy(
     root = tree("gpu-box")
     dev = dev_root(root)
     d = driver_for(root, dev, taint_unhealthy=True)
-    assert d.health()[GPU0].health is Health.HEALTHY
+    assert health(d)[GPU0].health is Health.HEALTHY
     unbind(root, "0000:01:00.0")
-    h = d.health()[GPU0]
+    h = health(d)[GPU0]
     assert h.health is Health.UNHEALTHY and h.message == "kernel driver amdgpu unbound"
-    published = {x.name: x for x in d.devices()}
+    published = {x.name: x for x in published_list(d)}
     assert [(t.key, t.value, t.effect) for t in published[GPU0].taints] == [
         (TAINT_KEY, "DriverUnbound", "NoSchedule")
     ]
@@ -261,13 +263,13 @@ def test_unbind_rebind_is_seen_at_once_and_the_device_stays_published(tree: Call
     not vanish, and come back healthy on rebind without waiting for a full rescan."""
     root = tree("gpu-box")
     d = AcceleratorDriver(AcceleratorOptions(sysfs_root=root, rescan_interval=3600.0, taint_unhealthy=True))
-    assert {x.name for x in d.devices()} >= {GPU0}
+    assert {x.name for x in published_list(d)} >= {GPU0}
     unbind(root, "0000:01:00.0")
-    assert GPU0 in {x.name for x in d.devices()}
-    assert d.health()[GPU0].health is Health.UNHEALTHY
+    assert GPU0 in {x.name for x in published_list(d)}
+    assert health(d)[GPU0].health is Health.UNHEALTHY
     rebind(root, "0000:01:00.0", "amdgpu")
-    assert d.health()[GPU0].health is Health.HEALTHY
-    dev = {x.name: x for x in d.devices()}[GPU0]
+    assert health(d)[GPU0].health is Health.HEALTHY
+    dev = {x.name: x for x in published_list(d)}[GPU0]
     assert not dev.taints and dev.attributes[f"{DRIVER}/kernelDriver"] == "amdgpu"
 
 
@@ -281,19 +283,19 @@ def test_rising_aer_fatal_counters_are_unhealthy_until_the_device_is_new(tree: C
     root = tree("gpu-box")
     set_fatal(root, "0000:01:00.0", 2)  # errors before we started are the baseline, not news
     d = driver_for(root, None, taint_unhealthy=True)
-    assert d.health()[GPU0].health is Health.HEALTHY
+    assert health(d)[GPU0].health is Health.HEALTHY
     set_fatal(root, "0000:01:00.0", 3)
-    h = d.health()[GPU0]
+    h = health(d)[GPU0]
     assert h.health is Health.UNHEALTHY
     assert h.message == "PCIe AER: 1 fatal error(s) since first seen (TOTAL_ERR_FATAL 2 -> 3)"
-    assert d.health()[GPU0].health is Health.UNHEALTHY  # the counter never drops: it stays
-    tainted = {x.name: x for x in d.devices()}[GPU0]
+    assert health(d)[GPU0].health is Health.UNHEALTHY  # the counter never drops: it stays
+    tainted = {x.name: x for x in published_list(d)}[GPU0]
     assert [(t.key, t.value) for t in tainted.taints] == [(TAINT_KEY, "AERFatal")]
-    assert d.health()[GPU1].health is Health.HEALTHY
+    assert health(d)[GPU1].health is Health.HEALTHY
     set_fatal(root, "0000:01:00.0", 0)  # re-enumerated: a new device, counting from 0
-    assert d.health()[GPU0].health is Health.HEALTHY
+    assert health(d)[GPU0].health is Health.HEALTHY
     set_fatal(root, "0000:01:00.0", 1)
-    assert d.health()[GPU0].health is Health.UNHEALTHY
+    assert health(d)[GPU0].health is Health.UNHEALTHY
 
 
 def remove_function(root: Path, bdf: str) -> None:
@@ -312,17 +314,17 @@ def test_a_removed_device_vanishes_unless_allocated(
     root = tree("gpu-box")
     dev = dev_root(root)
     d = driver_for(root, dev, taint_unhealthy=True)
-    before = {x.name: x for x in d.devices()}
+    before = {x.name: x for x in published_list(d)}
     ref = claim()
     prep = d.prepare(ref, [alloc(GPU0)], [])
     remove_function(root, "0000:01:00.0")
     remove_function(root, "0000:06:00.0")
-    published = {x.name: x for x in d.devices()}
+    published = {x.name: x for x in published_list(d)}
     assert GPU1 not in published  # nobody holds it: gone with the hardware
     assert published[GPU0].attributes == before[GPU0].attributes  # last attributes, kept
     assert published[GPU0].capacity == before[GPU0].capacity
     assert [(t.key, t.value) for t in published[GPU0].taints] == [(TAINT_KEY, "DeviceRemoved")]
-    h = d.health()
+    h = health(d)
     assert h[GPU0].health is Health.UNHEALTHY and h[GPU0].message.startswith("device removed")
     assert GPU1 not in h
     with pytest.raises(PrepareError, match="was removed from this node"):
@@ -332,14 +334,14 @@ def test_a_removed_device_vanishes_unless_allocated(
     again = driver_for(root, dev, taint_unhealthy=True)
     again.restore({ref: prep})
     assert again.held() == {GPU0: ref}
-    kept = {x.name: x for x in again.devices()}[GPU0]
+    kept = {x.name: x for x in published_list(again)}[GPU0]
     assert Device(kept.name, kept.attributes, kept.capacity) == Device(
         GPU0, before[GPU0].attributes, before[GPU0].capacity
     )
 
     again.unprepare(ref, prep)
     assert again.held() == {}
-    assert GPU0 not in {x.name for x in again.devices()}
+    assert GPU0 not in {x.name for x in published_list(again)}
     again.unprepare(ref, prep)  # already released: still fine
 
 
@@ -356,7 +358,9 @@ def test_restore_skips_unreadable_entries(tree: Callable[[str], Path]) -> None:
     assert d.held() == {GPU0: good}
 
 
-def test_devices_and_health_cost_no_rediscovery_while_nothing_changes(tree: Callable[[str], Path]) -> None:
+def test_an_unchanged_machine_is_not_rediscovered_and_a_change_is(tree: Callable[[str], Path]) -> None:
+    """The inventory polls the listings and driver links the driver declares; a scan (a full
+    discovery) runs only when they changed. uevents are off here, so polling is all there is."""
     root = tree("gpu-box")
     calls: list[str] = []
 
@@ -366,14 +370,25 @@ def test_devices_and_health_cost_no_rediscovery_while_nothing_changes(tree: Call
         calls.append(path)
         return discover(path)
 
-    d = AcceleratorDriver(AcceleratorOptions(sysfs_root=root, rescan_interval=3600.0), discover_fn=counting)
-    for _ in range(5):
-        d.devices()
-        d.health()
-    assert len(calls) == 1
-    (root / "sys/class/drm/renderD200").symlink_to("nowhere")  # a new DRM node somewhere
-    d.devices()
-    assert len(calls) == 2
+    d = AcceleratorDriver(AcceleratorOptions(sysfs_root=root, rescan_interval=0.02), discover_fn=counting)
+    inventory = Inventory(d, open_monitor=no_uevents)
+    inventory.start()
+    try:
+        polls = inventory.polls
+        wait_for(lambda: inventory.polls >= polls + 5, "five polls")
+        assert len(calls) == 1 and inventory.scans == {"start": 1}
+        (root / "sys/class/drm/renderD200").symlink_to("nowhere")  # a new DRM node somewhere
+        wait_for(lambda: inventory.scans["signature"] == 1, "a scan after the DRM listing changed")
+        assert len(calls) == 2
+        unbind(root, "0000:01:00.0")  # a driver link and a render node go
+
+        def unhealthy() -> bool:
+            gpu0 = inventory.snapshot().health_of(GPU0)
+            return gpu0 is not None and gpu0.health is Health.UNHEALTHY
+
+        wait_for(lambda: len(calls) > 2 and unhealthy(), "a scan, and GPU0 unhealthy, after the unbind")
+    finally:
+        inventory.stop()
 
 
 def test_dev_root_must_be_absolute_and_node_check_known() -> None:

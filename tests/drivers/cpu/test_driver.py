@@ -391,22 +391,25 @@ def test_offline_cpu_makes_its_device_unhealthy(root: Path, tmp_path: Path) -> N
     copy = tmp_path / "tree"  # CPUs and NUMA nodes are all the driver reads
     shutil.copytree(root / "sys/devices/system", copy / "sys/devices/system", symlinks=True)
     d = CpuDriver(discover(copy), CpuOptions(hook_dir=hook_dir(tmp_path)), copy)
-    assert {n: h.health for n, h in d.health().items()} == {
+    assert {n: h.health for n, h in d.check_health().items()} == {
         "numa-0": Health.HEALTHY,
         "numa-1": Health.HEALTHY,
     }
     online = copy / "sys/devices/system/cpu/cpu3/online"
     online.write_text("0\n")
-    health = d.health()
-    assert health["numa-0"].health is Health.UNHEALTHY and health["numa-0"].message == "CPUs 3 are offline"
-    assert health["numa-1"].health is Health.HEALTHY
+    now = d.check_health()
+    assert now["numa-0"].health is Health.UNHEALTHY and now["numa-0"].message == "CPUs 3 are offline"
+    assert now["numa-1"].health is Health.HEALTHY
     online.write_text("1\n")
-    assert d.health()["numa-0"].health is Health.HEALTHY
+    assert d.check_health()["numa-0"].health is Health.HEALTHY
     online.write_text("garbage\n")
-    assert d.health()["numa-0"].health is Health.UNKNOWN
+    assert d.check_health()["numa-0"].health is Health.UNKNOWN
     online.write_text("1\n")
     shutil.rmtree(copy / "sys/devices/system/cpu/cpu24")  # hot-removed
-    assert d.health()["numa-1"] == d.health()["numa-1"] and d.health()["numa-1"].health is Health.UNHEALTHY
+    assert (
+        d.check_health()["numa-1"] == d.check_health()["numa-1"]
+        and d.check_health()["numa-1"].health is Health.UNHEALTHY
+    )
 
 
 def test_cpu_without_online_file_is_online(root: Path, tmp_path: Path) -> None:
@@ -414,4 +417,4 @@ def test_cpu_without_online_file_is_online(root: Path, tmp_path: Path) -> None:
     shutil.copytree(root / "sys/devices/system", copy / "sys/devices/system", symlinks=True)
     (copy / "sys/devices/system/cpu/cpu0/online").unlink(missing_ok=True)
     d = CpuDriver(discover(copy), CpuOptions(hook_dir=hook_dir(tmp_path)), copy)
-    assert d.health()["numa-0"].health is Health.HEALTHY
+    assert d.check_health()["numa-0"].health is Health.HEALTHY

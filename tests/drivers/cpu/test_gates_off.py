@@ -32,6 +32,7 @@ from tests.conftest import FixtureTrees
 from tests.controlplane.cluster import ControlPlane, api_resource, running_control_plane, unique_name
 from tests.controlplane.objects import device_class_body, eventually, pod_body
 from tests.drivers.cpu.kit import expand, hook_dir
+from tests.kit.inventory import published_list
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 TREE = "hwloc--32intel64-2p8co2t+8ve"  # 2 NUMA nodes of 8 SMT-2 cores
@@ -53,7 +54,7 @@ def no_consumable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 def publish(cp: ControlPlane, driver: CpuDriver, node: str) -> SlicePublisher:
     api = KubeSliceApi(cp.driver_client("cpu", node))
     pub = SlicePublisher(api, driver.name, node, resync_delay=0.5, on_status=driver.on_publisher_status)
-    pub.set_devices(driver.devices())
+    pub.set_devices(published_list(driver))
     pub.start()
     assert pub.wait_synced(30), pub.status()
     return pub

@@ -24,6 +24,7 @@ from topodra.drivers.nic.driver import NicDriver, NicOptions
 
 from tests.container.podman import RUN_FLAGS, busybox_image, podman, run  # noqa: F401  (fixture)
 from tests.drivers.nic.conftest import Links, allocated_claim, host_link, status_devices
+from tests.kit.inventory import health, published_list
 from tests.unit.runtime_claims.claimkit import NODE, MemoryClaimStore, Result, claim_object, new_uid
 
 CDI_ROOT = Path("/var/run/cdi")
@@ -90,7 +91,7 @@ def test_pod_gets_the_veth_under_the_requested_name_and_unprepare_returns_it(
         assert host_link(host) is None
         # the driver's next poll sees that no process is left in that namespace and brings the
         # interface home, while the claim stays prepared (a new sandbox would get it again)
-        published = {d.name: d for d in driver.devices()}
+        published = {d.name: d for d in published_list(driver)}
         link = host_link(host)
         assert link is not None and link["address"] == mac
         assert device in driver.held()
@@ -183,14 +184,14 @@ def test_end_to_end_claim_from_the_api_server_into_a_running_container(
         seen = podman("exec", name, "ip", "-o", "link", "show", "net7")
         assert seen.returncode == 0 and mac in seen.stdout, seen.stdout + seen.stderr
 
-        health = driver.health()[device]  # looks into the pinned namespace
-        assert health.health is Health.UNHEALTHY, health  # its peer is down
-        assert health.message.startswith("net7 (in pod): "), health
+        seen_health = health(driver)[device]  # looks into the pinned namespace
+        assert seen_health.health is Health.UNHEALTHY, seen_health  # its peer is down
+        assert seen_health.message.startswith("net7 (in pod): "), seen_health
         assert driver.flush_status(30)
         (entry,) = status_devices(admin, ref)
         assert entry["conditions"][0]["reason"] == "Attached"
         assert entry["networkData"]["ips"] == ["192.0.2.45/24"]  # observed inside the pod
-        assert device in {d.name for d in driver.devices()}
+        assert device in {d.name for d in published_list(driver)}
         # a running pod keeps its interface: the orphan check leaves live namespaces alone
         still = podman("exec", name, "ip", "-o", "link", "show", "net7")
         assert still.returncode == 0 and mac in still.stdout

@@ -29,6 +29,7 @@ from topodra.drivers.nic.devices import DRIVER, Selection
 from topodra.drivers.nic.driver import TAINT_KEY, NicDriver, NicOptions
 
 from tests.drivers.nic.conftest import SynthTree, host_link, process_in
+from tests.kit.inventory import health, published_list
 from tests.unit.runtime_claims.claimkit import MemoryClaimStore, Result, claim_object, new_uid
 
 NODE = "node-a"
@@ -72,16 +73,16 @@ def iface_file(root: Path, ifname: str, name: str) -> Path:
 
 def test_link_down_is_unhealthy_and_tainted_and_recovers_on_link_up(tree: Path, tmp_path: Path) -> None:
     d = driver_for(tree, tmp_path, taint_unhealthy=True)
-    assert d.health()[ENO2].health is Health.HEALTHY
-    assert not next(x for x in d.devices() if x.name == ENO2).taints
+    assert health(d)[ENO2].health is Health.HEALTHY
+    assert not next(x for x in published_list(d) if x.name == ENO2).taints
 
     iface_file(tree, "eno2", "carrier").write_text("0\n")
     iface_file(tree, "eno2", "operstate").write_text("down\n")
-    h = d.health()[ENO2]
+    h = health(d)[ENO2]
     assert h.health is Health.UNHEALTHY and "down" in h.message
-    dev = next(x for x in d.devices() if x.name == ENO2)
+    dev = next(x for x in published_list(d) if x.name == ENO2)
     assert [(t.key, t.value, t.effect) for t in dev.taints] == [(TAINT_KEY, "LinkDown", "NoSchedule")]
-    desired = build_desired(DRIVER, NODE, None, d.devices())
+    desired = build_desired(DRIVER, NODE, None, published_list(d))
     assert desired.problems == ()
     for obj in desired.slices:
         body = json.loads(json.dumps(obj))
@@ -90,21 +91,21 @@ def test_link_down_is_unhealthy_and_tainted_and_recovers_on_link_up(tree: Path, 
             kubernetes_validate.validate(body, version, strict=True)
 
     iface_file(tree, "eno2", "operstate").write_text("up\n")
-    h = d.health()[ENO2]
+    h = health(d)[ENO2]
     assert h.health is Health.UNHEALTHY and h.message == "eno2: no carrier"
 
     iface_file(tree, "eno2", "carrier").write_text("1\n")
-    assert d.health()[ENO2].health is Health.HEALTHY
-    assert not next(x for x in d.devices() if x.name == ENO2).taints
+    assert health(d)[ENO2].health is Health.HEALTHY
+    assert not next(x for x in published_list(d) if x.name == ENO2).taints
 
 
 def test_no_taint_unless_asked_and_admin_down_is_unknown(tree: Path, tmp_path: Path) -> None:
     d = driver_for(tree, tmp_path)
     iface_file(tree, "eno2", "operstate").write_text("down\n")
-    assert d.health()[ENO2].health is Health.UNHEALTHY
-    assert not next(x for x in d.devices() if x.name == ENO2).taints
+    assert health(d)[ENO2].health is Health.UNHEALTHY
+    assert not next(x for x in published_list(d) if x.name == ENO2).taints
     iface_file(tree, "eno2", "flags").write_text("0x1002\n")  # IFF_UP cleared: nobody brought it up
-    h = d.health()[ENO2]
+    h = health(d)[ENO2]
     assert h.health is Health.UNKNOWN and "administratively down" in h.message
 
 
@@ -117,7 +118,7 @@ def move_into_pod(root: Path, ifname: str) -> None:
 
 def test_allocated_nic_stays_published_from_inside_a_pod_until_released(tree: Path, tmp_path: Path) -> None:
     d = driver_for(tree, tmp_path, taint_unhealthy=True)
-    before = next(x for x in d.devices() if x.name == ENO2)
+    before = next(x for x in published_list(d) if x.name == ENO2)
     ref = claim()
     prep = d.prepare(ref, [AllocatedDevice("nic", NODE, ENO2)], [nic_config(interfaceName="net1")])
     saved_tree = tmp_path / "eno2-saved"
@@ -125,31 +126,31 @@ def test_allocated_nic_stays_published_from_inside_a_pod_until_released(tree: Pa
     move_into_pod(tree, "eno2")
 
     # the scheduler keeps seeing it, with the attributes it had on the host
-    published = {x.name: x for x in d.devices()}
+    published = {x.name: x for x in published_list(d)}
     assert published[ENO2] == before
     assert published[ENO2].attributes[f"{DRIVER}/interfaceName"] == "eno2"
-    assert d.health()[ENO2].health is Health.UNKNOWN  # the hook never pinned a namespace here
+    assert health(d)[ENO2].health is Health.UNKNOWN  # the hook never pinned a namespace here
 
     # a driver restart learns it from the checkpointed preparation
     d2 = driver_for(tree, tmp_path, taint_unhealthy=True)
     d2.restore({ref: prep})
-    assert {x.name: x for x in d2.devices()}[ENO2] == before
+    assert {x.name: x for x in published_list(d2)}[ENO2] == before
 
     # the function disappears while in the pod: removed -> unhealthy and tainted, still published
     fn = tree / "sys/bus/pci/devices/0000:02:00.1"
     fn_target = fn.resolve()
     fn_link = os.readlink(fn)
     fn.unlink()
-    h = d.health()[ENO2]
+    h = health(d)[ENO2]
     assert h.health is Health.UNHEALTHY and h.message == "device removed"
-    dev = next(x for x in d.devices() if x.name == ENO2)
+    dev = next(x for x in published_list(d) if x.name == ENO2)
     assert [t.value for t in dev.taints] == ["DeviceRemoved"]
 
     # unprepare cannot find it: the claim stays prepared (error), nothing is forgotten
     with pytest.raises(PrepareError, match="will retry"):
         d.unprepare(ref, prep)
     assert ENO2 in d.held()
-    assert ENO2 in {x.name for x in d.devices()}
+    assert ENO2 in {x.name for x in published_list(d)}
 
     # it comes back (the kernel returns physical NICs to the host when the pod's netns dies)
     fn.symlink_to(fn_link)
@@ -160,7 +161,7 @@ def test_allocated_nic_stays_published_from_inside_a_pod_until_released(tree: Pa
     )
     d.unprepare(ref, prep)
     assert ENO2 not in d.held()
-    assert next(x for x in d.devices() if x.name == ENO2) == before
+    assert next(x for x in published_list(d) if x.name == ENO2) == before
 
 
 def test_prepare_edits_for_the_hook_path(tree: Path, tmp_path: Path) -> None:
@@ -293,7 +294,7 @@ def test_admin_access_moves_nothing(tree: Path, tmp_path: Path) -> None:
 
 def test_device_round_trips_through_the_checkpoint_form(tree: Path, tmp_path: Path) -> None:
     d = driver_for(tree, tmp_path)
-    for dev in d.devices():
+    for dev in published_list(d):
         assert device_from_api(json.loads(json.dumps(dev.to_api()))) == dev
 
 
@@ -306,7 +307,7 @@ def test_virtual_interfaces_only_on_request(links: Any, tmp_path: Path) -> None:
     links.veth(host, links.name("q0"), peer_ns)
     sel = Selection(include_interfaces=(f"tdn{links.tag}*",))
     off = NicDriver(NicOptions(selection=sel, state_dir=tmp_path, hook_dir=tmp_path))
-    assert off.devices() == []
+    assert published_list(off) == []
     on = NicDriver(
         NicOptions(
             selection=Selection(include_virtual=True, include_interfaces=(f"tdn{links.tag}*",)),
@@ -314,7 +315,7 @@ def test_virtual_interfaces_only_on_request(links: Any, tmp_path: Path) -> None:
             hook_dir=tmp_path,
         )
     )
-    (dev,) = on.devices()
+    (dev,) = published_list(on)
     assert dev.name == f"net-{host}"
     assert dev.attributes[f"{DRIVER}/virtual"] is True
     assert (
@@ -342,20 +343,20 @@ def test_veth_health_follows_its_carrier(links: Any, tmp_path: Path) -> None:
         )
     )
     name = f"net-{host}"
-    assert d.health()[name].health is Health.UNKNOWN  # admin down on the host
+    assert health(d)[name].health is Health.UNKNOWN  # admin down on the host
     subprocess.run(["ip", "link", "set", host, "up"], check=True)
-    h = d.health()[name]
+    h = health(d)[name]
     assert h.health is Health.UNHEALTHY, h
-    assert [t.value for t in d.devices()[0].taints] == ["LinkDown"] or [
-        t.value for t in d.devices()[0].taints
+    assert [t.value for t in published_list(d)[0].taints] == ["LinkDown"] or [
+        t.value for t in published_list(d)[0].taints
     ] == ["NoCarrier"]
     subprocess.run(["ip", "-n", peer_ns, "link", "set", peer, "up"], check=True)
     for _ in range(50):
-        if d.health()[name].health is Health.HEALTHY:
+        if health(d)[name].health is Health.HEALTHY:
             break
         subprocess.run(["sleep", "0.05"], check=False)
-    assert d.health()[name].health is Health.HEALTHY
-    assert d.devices()[0].taints == ()
+    assert health(d)[name].health is Health.HEALTHY
+    assert published_list(d)[0].taints == ()
 
 
 def test_interface_comes_home_when_the_pods_namespace_empties(links: Any, tmp_path: Path) -> None:
@@ -388,15 +389,15 @@ def test_interface_comes_home_when_the_pods_namespace_empties(links: Any, tmp_pa
         )
         assert done.returncode == 0, done.stderr
         subprocess.run(["ip", "netns", "del", pod_ns], check=True)  # the process still holds it
-        d.health()
+        health(d)
         assert "net3" in netns_links_of(pid)
         assert host_link(host) is None
     # the process is gone: nobody but the pin holds the namespace
-    d.health()
+    health(d)
     link = host_link(host)
     assert link is not None and link["address"] == mac
     assert device in d.held()
-    assert d.health()[device].health is Health.UNKNOWN  # home, admin down
+    assert health(d)[device].health is Health.UNKNOWN  # home, admin down
     d.unprepare(ref, prep)
     assert d.held() == {} and host_link(host) is not None
 

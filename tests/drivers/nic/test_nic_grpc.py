@@ -58,7 +58,7 @@ def served(
         CdiWriter(tmp_path / "cdi", cdi_kind(DRIVER)),
     )
     manager.start()
-    opts = PluginOptions(kubelet_root=kubelet_root, node_name=NODE, health_poll_interval=0.05)
+    opts = PluginOptions(kubelet_root=kubelet_root, node_name=NODE)
     plugin = Plugin(driver, manager, opts)
     plugin.start()
     try:

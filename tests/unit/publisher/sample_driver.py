@@ -9,10 +9,11 @@ NUMA -1) reach the publisher's validation.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from topodra.common.device import AttributeValue, Device
+from topodra.common.runtime.driver import Scan
 from topodra.common.topology.discover import discover
 
 NAME = "sample.topodra.io"
@@ -29,7 +30,7 @@ class SampleDriver:
         self._root = root
         self._limit = limit
 
-    def devices(self) -> Sequence[Device]:
+    def scan(self) -> Scan:
         topo = discover(self._root)
         out: list[Device] = []
         for cpu in topo.cpus:
@@ -50,7 +51,7 @@ class SampleDriver:
             if fn.numa_node is not None:
                 attrs["resource.kubernetes.io/numaNode"] = fn.numa_node
             out.append(Device("pci-" + fn.address.replace(":", "-").replace(".", "-"), attrs))
-        return out[: self._limit]
+        return Scan(tuple(out[: self._limit]))
 
     def prepare(self, *args: Any) -> Any:
         raise NotImplementedError
@@ -60,9 +61,6 @@ class SampleDriver:
 
     def restore(self, prepared: Mapping[Any, Any]) -> None:
         pass
-
-    def health(self) -> Mapping[str, Any]:
-        return {}
 
 
 def create(options: Any) -> SampleDriver:

@@ -11,7 +11,6 @@ from topodra.common.publisher.build import (
     chunk_devices,
     decode_index,
     generate_name,
-    merge_retained,
 )
 
 DRIVER = "cpu.topodra.io"
@@ -131,15 +130,3 @@ def test_invalid_devices_are_left_out_and_reported_the_rest_is_built() -> None:
         ("cap", "capacity-quantity"),
     }
     assert names_per_slice(list(desired.slices)) == [["cpu-0", "cpu-1", "cpu-2"]]
-
-
-def test_retained_devices_stay_published_where_they_were() -> None:
-    current = plain(5)
-    gone = current.pop(2)
-    merged = merge_retained(current, {gone.name: gone}, previous=[d.name for d in plain(5)])
-    assert [d.name for d in merged] == [d.name for d in plain(5)]
-    # without history it is appended; a device still discovered wins over the retained copy
-    fresh = Device("cpu-1", {"index": 99})
-    merged = merge_retained([Device("cpu-0"), fresh], {"cpu-1": Device("cpu-1"), "nic-9": Device("nic-9")})
-    assert [d.name for d in merged] == ["cpu-0", "cpu-1", "nic-9"]
-    assert merged[1] is fresh

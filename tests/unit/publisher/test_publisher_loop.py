@@ -196,25 +196,6 @@ def test_stop_keeps_slices_unless_asked_to_delete(
     assert api.objects == {}
 
 
-def test_retained_devices_stay_published(api: FakeSliceApi, publishers: list[SlicePublisher]) -> None:
-    devices = nics(4)
-    pub = start(api, publishers, devices)
-    assert pub.wait_synced(5)
-    gone = devices[1]
-    pub.set_devices([d for d in devices if d is not gone], retained={gone.name: gone})
-    assert pub.wait_synced(5)
-    (obj,) = api.objects.values()
-    assert [d["name"] for d in obj["spec"]["devices"]] == ["vf-0", "vf-1", "vf-2", "vf-3"]
-    assert api.writes == {"create": 1}
-    pub.set_devices([d for d in devices if d is not gone])
-    assert pub.wait_synced(5)
-    assert [d["name"] for d in api.objects[obj["metadata"]["name"]]["spec"]["devices"]] == [
-        "vf-0",
-        "vf-2",
-        "vf-3",
-    ]
-
-
 def test_delete_slices_on_stop_is_a_constructor_option(
     api: FakeSliceApi, publishers: list[SlicePublisher]
 ) -> None:

@@ -30,11 +30,11 @@ from topodra.common.runtime.config import read_typed
 from topodra.common.runtime.driver import (
     AllocatedDevice,
     ClaimRef,
-    DeviceHealth,
     OpaqueConfig,
     Preparation,
     PreparedDevice,
     PrepareError,
+    Scan,
 )
 
 DRIVER = "test.topodra.io"
@@ -263,10 +263,11 @@ class HoldDriver:
     def __post_init__(self) -> None:
         self.hw.mkdir(parents=True, exist_ok=True)
 
-    def devices(self) -> Sequence[Device]:
-        return [Device(d) for d in self.exclusive] + [
-            Device(d, allow_multiple_allocations=True) for d in self.shared
-        ]
+    def scan(self) -> Scan:
+        return Scan(
+            tuple(Device(d) for d in self.exclusive)
+            + tuple(Device(d, allow_multiple_allocations=True) for d in self.shared)
+        )
 
     def _violation(self, text: str) -> None:
         with open(self.hw / "VIOLATIONS", "a") as f:
@@ -333,9 +334,6 @@ class HoldDriver:
     def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:
         self.calls.append(("restore", ",".join(sorted(c.uid for c in prepared))))
         self.restored = dict(prepared)
-
-    def health(self) -> Mapping[str, DeviceHealth]:
-        return {}
 
     def holdings(self) -> dict[str, str]:
         """hold file -> claim uid, as on "the hardware" now."""

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from topodra.common.device import Device
 from topodra.common.runtime.checkpoint import Checkpoint, CheckpointError, Phase
-from topodra.common.runtime.driver import ClaimRef
+from topodra.common.runtime.driver import ClaimRef, Scan
 from topodra.common.runtime.seams import ClaimOutcome, ClaimProcessor, ResultDevice
 
 from tests.unit.runtime_claims.claimkit import (
@@ -447,8 +447,8 @@ def test_devices_that_come_and_go_are_seen_by_the_next_call(
     driver.exclusive = (*driver.exclusive, "dev-7")  # back
     assert not m.prepare([second])[second.uid].error
     # a driver answering with the same list of the same objects (kept, not rebuilt), changed in place
-    stable = list(driver.devices())
-    setattr(driver, "devices", lambda: stable)  # noqa: B010 (an instance attribute over the method)
+    stable = list(driver.scan().devices)
+    setattr(driver, "scan", lambda: Scan(tuple(stable)))  # noqa: B010 (an instance attribute over the method)
     third = put(claim_store, "c", Result("r", "dev-6"))
     m.unprepare([first, second])
     assert not m.prepare([first])[first.uid].error  # the map is kept from here on

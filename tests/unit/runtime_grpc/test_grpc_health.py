@@ -1,4 +1,7 @@
-"""The health stream as the kubelet reads it, over both versions on the real DRA socket."""
+"""The health stream as the kubelet reads it, over both versions on the real DRA socket.
+
+The driver here pushes its health to its inventory (TableDriver); the stream follows the
+inventory's snapshots."""
 
 from __future__ import annotations
 
@@ -9,13 +12,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from topodra.common.runtime import health as health_module
-from topodra.common.runtime.driver import Health
-from topodra.common.runtime.health import HealthMonitor
+from topodra.common.inventory import Policy
+from topodra.common.runtime.driver import DeviceHealth, Health
+from topodra.common.runtime.plugin import Plugin, PluginOptions
 
 from tests.kubelet.client import KubeletClient
-from tests.kubelet.standins import TableDriver
-from tests.unit.runtime_grpc.conftest import NODE, PluginFactory
+from tests.kubelet.standins import TableDriver, TableProcessor
+from tests.unit.runtime_grpc.conftest import DRIVER, NODE, PluginFactory, allocations
 
 
 class Reader:
@@ -53,9 +56,8 @@ def as_dict(response: Any) -> dict[str, tuple[int, str]]:
 def test_first_message_is_the_full_snapshot(
     make_plugin: PluginFactory, kubelet: KubeletClient, version: str
 ) -> None:
-    plugin, driver, _ = make_plugin(health_poll_interval=0.05, health_timeout_seconds=25)
+    plugin, driver, _ = make_plugin(health_timeout_seconds=25)
     driver.forget_health("gpu-2")
-    plugin.health.poll()
     kubelet.register(plugin.registration_socket)
     reader = Reader(kubelet.watch_health(version))
     try:
@@ -72,7 +74,7 @@ def test_first_message_is_the_full_snapshot(
 def test_a_change_is_pushed_and_snapshots_repeat_without_change(
     make_plugin: PluginFactory, kubelet: KubeletClient
 ) -> None:
-    plugin, driver, _ = make_plugin(health_poll_interval=0.05, health_resend_interval=0.3)
+    plugin, driver, _ = make_plugin(health_resend_interval=0.3)
     kubelet.register(plugin.registration_socket)
     v1 = Reader(kubelet.watch_health("v1.DRAResourceHealth"))
     alpha = Reader(kubelet.watch_health("v1alpha1.DRAResourceHealth"))
@@ -98,7 +100,7 @@ def test_a_change_is_pushed_and_snapshots_repeat_without_change(
 
 
 def test_device_list_changes_reach_the_stream(make_plugin: PluginFactory, kubelet: KubeletClient) -> None:
-    plugin, driver, _ = make_plugin(health_poll_interval=0.05)
+    plugin, driver, _ = make_plugin()
     kubelet.register(plugin.registration_socket)
     reader = Reader(kubelet.watch_health())
     try:
@@ -112,22 +114,77 @@ def test_device_list_changes_reach_the_stream(make_plugin: PluginFactory, kubele
         reader.close()
 
 
+class CheckedDriver(TableDriver):
+    """Health read from the host every `interval` (capabilities.ChecksHealth), as the real
+    drivers do; `broken` makes the check raise."""
+
+    def __init__(self, interval: float) -> None:
+        super().__init__(DRIVER, ["gpu-0", "gpu-1"])
+        self.interval = interval
+        self.broken: Exception | None = None
+
+    def bind_inventory(self, inventory: Any) -> None:  # health comes from the checks only
+        self.inventory = inventory
+
+    def inventory_policy(self) -> Policy:
+        return Policy(health_interval=self.interval)
+
+    def check_health(self) -> dict[str, DeviceHealth]:
+        if self.broken is not None:
+            raise self.broken
+        return {n: DeviceHealth(Health.HEALTHY) for n in ("gpu-0", "gpu-1")}
+
+
+@pytest.fixture
+def checked_plugin(kubelet_root: Any) -> Any:
+    made: list[Plugin] = []
+
+    def make(interval: float = 0.05) -> tuple[Plugin, CheckedDriver]:
+        driver = CheckedDriver(interval)
+        plugin = Plugin(driver, TableProcessor(DRIVER, allocations()), PluginOptions(kubelet_root, NODE))
+        plugin.start()
+        made.append(plugin)
+        return plugin, driver
+
+    yield make
+    for p in made:
+        p.stop()
+
+
 def test_a_failing_health_check_reports_unknown_with_the_reason(
-    make_plugin: PluginFactory, kubelet: KubeletClient
+    checked_plugin: Any, kubelet: KubeletClient
 ) -> None:
-    plugin, driver, _ = make_plugin(health_poll_interval=0.05)
-
-    def broken() -> Any:
-        raise OSError("sysfs read failed")
-
-    driver.health = broken  # type: ignore[method-assign]
+    plugin, driver = checked_plugin()
     kubelet.register(plugin.registration_socket)
     reader = Reader(kubelet.watch_health())
     try:
+        assert as_dict(reader.next())["gpu-0"] == (1, "")
+        driver.broken = OSError("sysfs read failed")
         msg = reader.next()
         while as_dict(msg)["gpu-0"][0] != 0:
             msg = reader.next()
         assert "sysfs read failed" in as_dict(msg)["gpu-0"][1]
+        driver.broken = None  # recovering to the very answer given before the failure shows
+        msg = reader.next()
+        while as_dict(msg)["gpu-0"][0] != 1:
+            msg = reader.next()
+    finally:
+        reader.close()
+
+
+def test_a_report_past_its_deadline_turns_unknown(make_plugin: PluginFactory, kubelet: KubeletClient) -> None:
+    """A driver whose health source stops reporting is not frozen at its last good news."""
+    plugin, driver, _ = make_plugin()
+    driver.valid_for = 0.5
+    driver.set_health("gpu-1", Health.UNHEALTHY, "link down")  # the last report, valid 0.5 s
+    kubelet.register(plugin.registration_socket)
+    reader = Reader(kubelet.watch_health())
+    try:
+        msg = reader.next()
+        while as_dict(msg)["gpu-0"][0] != 0:  # no message is asked for: the deadline sends it
+            msg = reader.next()
+        assert {name: h for name, (h, _) in as_dict(msg).items()} == {"gpu-0": 0, "gpu-1": 0, "gpu-2": 0}
+        assert as_dict(msg)["gpu-0"][1].startswith("no health report for")
     finally:
         reader.close()
 
@@ -145,44 +202,3 @@ def test_stream_ends_when_the_plugin_stops(make_plugin: PluginFactory, kubelet: 
     reader.thread.join(5)
     assert not reader.thread.is_alive()
     assert end == "end of stream", end  # a clean end: the kubelet reopens it at the next instance
-
-
-def test_an_unchanged_answer_reuses_the_snapshot_and_any_change_replaces_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The poll runs every second: with the same devices and health it must not rebuild the
-    snapshot, and yet every change (health, message, devices, a failed check and the recovery
-    from it to the very answer given before) must show."""
-    driver = TableDriver("gpu.topodra.io", ["gpu-0", "gpu-1"])
-    monitor = HealthMonitor(driver, NODE)
-    built: list[int] = []
-    real_snapshot = health_module.snapshot
-
-    def counting(*args: Any) -> Any:
-        built.append(1)
-        return real_snapshot(*args)
-
-    monkeypatch.setattr(health_module, "snapshot", counting)
-
-    def current() -> dict[str, tuple[Health, str]]:
-        return {s.device: (s.health, s.message) for s in monitor._snapshot}
-
-    assert monitor.poll() is True and len(built) == 1
-    assert monitor.poll() is False and monitor.poll() is False
-    assert len(built) == 1, "the snapshot was rebuilt although nothing changed"
-
-    driver.set_health("gpu-1", Health.UNHEALTHY, "link down")
-    assert monitor.poll() is True and current()["gpu-1"] == (Health.UNHEALTHY, "link down")
-    driver.set_health("gpu-1", Health.UNHEALTHY, "link down twice")
-    assert monitor.poll() is True and current()["gpu-1"] == (Health.UNHEALTHY, "link down twice")
-
-    healthy = driver.health
-    driver.health = lambda: (_ for _ in ()).throw(OSError("sysfs gone"))  # type: ignore[method-assign]
-    assert monitor.poll() is True and current()["gpu-0"][0] is Health.UNKNOWN
-    driver.health = healthy  # type: ignore[method-assign]
-    assert monitor.poll() is True, "recovering to the answer from before the failure must show"
-    assert current()["gpu-1"] == (Health.UNHEALTHY, "link down twice")
-    assert current()["gpu-0"] == (Health.HEALTHY, "")
-
-    driver.set_devices(["gpu-0", "gpu-1", "gpu-2"])
-    assert monitor.poll() is True and set(current()) == {"gpu-0", "gpu-1", "gpu-2"}
