@@ -314,6 +314,7 @@ def topodra_slices(
     root: Path, node: str, node_uid: str | None = None, extra: Iterable[str] = ()
 ) -> list[dict[str, Any]]:
     """What `topodra slices --driver all` prints for the machine (the publisher's own code)."""
+    from topodra.common.inventory import Inventory
     from topodra.common.publisher.build import build_desired
     from topodra.drivers import registry
     from topodra.drivers.cli.main import build_parser
@@ -324,10 +325,7 @@ def topodra_slices(
     out: list[dict[str, Any]] = []
     for kind in registry.KINDS:
         driver = registry.create(kind, common)
-        counter_sets = list(getattr(driver, "counter_sets", lambda: ())())
-        desired = build_desired(
-            driver.name, node, node_uid, list(driver.devices()), counter_sets=counter_sets
-        )
+        desired = build_desired(driver.name, node, node_uid, Inventory(driver).refresh().devices)
         out.extend(desired.slices)
     return out
 

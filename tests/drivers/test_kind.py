@@ -17,6 +17,8 @@ from topodra.common.synth import build, load_spec
 from topodra.drivers import registry
 from topodra.drivers.cli.main import build_parser
 
+from tests.kit.inventory import published_list
+
 EXPECTED = {"cpu.topodra.io": "cpu", "accelerator.topodra.io": "accelerator", "nic.topodra.io": "nic"}
 
 
@@ -26,7 +28,7 @@ def published(root: Path, extra: list[str]) -> dict[str, list[dict[str, object]]
         argv = ["serve", kind, "--sysfs-root", str(root), "--node-name", "n", *extra]
         args = build_parser("serve").parse_args(argv)
         driver = registry.create(kind, registry.CommonOptions(sysfs_root=root, node_name="n", args=args))
-        out[driver.name] = [d.to_api() for d in driver.devices()]
+        out[driver.name] = [d.to_api() for d in published_list(driver)]
     return out
 
 
