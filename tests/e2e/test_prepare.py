@@ -13,6 +13,9 @@ Two nodes, because no single machine here has everything:
 - `host` (this machine's own /) runs a CPU + NIC claim: real pinning by the CPU driver's hook
   (Cpus_allowed_list inside = the CPUs the driver chose) and a real veth moved into the
   container under the name the claim asks for, and back to the host on unprepare.
+
+Stand-in kept (the Python kubelet client, podman): several nodes with machines this host is not;
+one real node with the real kubelet is tests/node.
 """
 
 from __future__ import annotations

@@ -233,6 +233,11 @@ class Drivers:
             raise RuntimeError(f"ctr images tag {source} {target}: {done.stderr.strip()}")
 
     def uninstall(self) -> None:
+        """Workload Pods first (their claims need the drivers to be released), then the DaemonSets."""
+        if self.node.kubelet.running and self.node.containerd.running:
+            left = self.node.delete_workloads()
+            if left:
+                sys.stderr.write(f"\nreal node: pods still there before the drivers go: {left}\n")
         apps = k8s.AppsV1Api(self.node.cp.admin)
         for ds in daemonsets(self.objects).values():
             with _ignore_404():

@@ -324,10 +324,33 @@ class RealNode:
 
     # ----- teardown steps ------------------------------------------------------------------------
 
+    def delete_workloads(self, timeout: float = 90.0) -> list[str]:
+        """Every Pod that no DaemonSet runs, deleted through the API and waited for while the
+        drivers still run (the kubelet needs them to unprepare the Pods' claims). Returns the
+        names of those still there after `timeout`."""
+        core = k8s.CoreV1Api(self.cp.admin)
+
+        def workloads() -> list[k8s.V1Pod]:
+            return [
+                p
+                for p in core.list_pod_for_all_namespaces().items
+                if not any(o.kind == "DaemonSet" for o in p.metadata.owner_references or [])
+            ]
+
+        for pod in workloads():
+            with contextlib.suppress(ApiException):
+                core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and workloads():
+            time.sleep(1.0)
+        return [f"{p.metadata.namespace}/{p.metadata.name}" for p in workloads()]
+
     def _delete_all_pods(self, timeout: float = 90.0) -> None:
-        """Through the API first, so the kubelet stops the containers and unprepares their claims."""
+        """Through the API first, so the kubelet stops the containers and unprepares their claims:
+        workloads while the drivers run, then the DaemonSets."""
         core = k8s.CoreV1Api(self.cp.admin)
         apps = k8s.AppsV1Api(self.cp.admin)
+        self.delete_workloads(timeout)
         for ds in apps.list_daemon_set_for_all_namespaces().items:
             with contextlib.suppress(ApiException):
                 apps.delete_namespaced_daemon_set(ds.metadata.name, ds.metadata.namespace)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.node.claims import claim_cpus
 from tests.node.drivers import KINDS, Drivers, bring_up, restart_driver, roll, take_down
 from tests.node.pods import delete_namespace, describe, make_namespace
 from tests.node.workload import Workload
@@ -52,8 +53,10 @@ def test_driver_restart_keeps_the_pod_and_the_new_instance_releases_it(
         _figure(f"{kind} driver restart to Ready", time.monotonic() - began)
     w.assert_intact()
     assert w.held_by() == ONCE
-    # the new instances prepare a new claim and release the old one
+    # the new instances prepare a new claim and release the old one; the two claims share the
+    # NUMA device (consumable capacity, one share each) but never a CPU
     other = started(node_drivers, ns, "drv2")
+    assert not claim_cpus(w.report()) & claim_cpus(other.report())
     w.delete()
     w.assert_released()
     other.delete()

@@ -7,6 +7,10 @@ devices made with mknod under a temporary dev root, with the majors sysfs names 
 NVIDIA), which no driver owns on this host: opening one inside the container gets ENXIO, so
 nothing is touched. The spec goes to the real /var/run/cdi (podman reads nothing else here)
 under a fresh claim UID and is removed by unprepare. Only the claim GET is a stand-in.
+
+Stand-in kept (podman): a two-vendor machine and a device node replaced between prepare and start,
+which the real-node tier's one synthetic machine does not have; the real kubelet + containerd path
+is tests/node.
 """
 
 from __future__ import annotations

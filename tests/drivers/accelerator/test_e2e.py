@@ -7,6 +7,10 @@ shows up in the health stream and as a NoSchedule taint in the ResourceSlice on 
 
 The machine's device nodes are real character devices under a temporary dev root (conftest).
 Needs the control-plane tier (Go build, cached) and root podman; skipped elsewhere (CI fails).
+
+Stand-in kept (the Python kubelet client, podman): the unhealthy-GPU taint needs
+--accelerator-taint-unhealthy, which deploy/ does not set; the real kubelet + containerd path is
+tests/node.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ spec that the real runtime path wrote runs on exactly the allocated CPUs.
 The driver runs on this machine's own sysfs; the ClaimManager writes the claim's spec into
 /var/run/cdi (where podman looks); runc runs the shipped cpuset.sh as a createRuntime hook on the
 host; inside, the container reads /proc/self/status. Only the claim GET is a stand-in.
+
+Stand-in kept (podman, the Python kubelet client's claim store): CPU policies and a hook made to
+fail are configurations the real-node tier's DaemonSet does not run; the real kubelet + containerd
+path is tests/node.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ the claim asked for, and after unprepare the interface is back on the host.
 The interface is a veth end made by the test (the peer waits, down, in a namespace of its own,
 so no packet goes anywhere). The spec goes to the real /var/run/cdi (podman reads nothing else
 here) under a fresh claim UID and is removed by unprepare.
+
+Stand-in kept (podman, the driver object without a kubelet): the claim's status steps (Prepared,
+Attached with the pod-side addresses, removed) are read between the calls, which the real kubelet
+path (tests/node/workload.py: net1 in the Pod, back on the host after) cannot pause at.
 """
 
 from __future__ import annotations

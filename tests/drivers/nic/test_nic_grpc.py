@@ -3,6 +3,9 @@ health stream over unix sockets, read by the kubelet-side test client.
 
 The machine is a private copy of a synthetic tree; a link going down is its sysfs files
 changing the way the kernel changes them.
+
+Stand-in kept (the Python kubelet client): the NIC plugin's gRPC answers and health messages field
+by field, which the real kubelet (tests/node) does not expose.
 """
 
 from __future__ import annotations

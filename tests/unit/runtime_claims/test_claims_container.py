@@ -2,6 +2,9 @@
 
 The specs go to the real /var/run/cdi (podman reads nothing else here), named after fresh claim
 UIDs, and are removed again by unprepare.
+
+Stand-in kept (podman): CDI edits no driver writes (mounts, generic hooks) reach a real runtime
+only here; the drivers' own specs go through containerd in tests/node.
 """
 
 from __future__ import annotations

@@ -1,7 +1,11 @@
 """The health stream as the kubelet reads it, over both versions on the real DRA socket.
 
 The driver here pushes its health to its inventory (TableDriver); the stream follows the
-inventory's snapshots."""
+inventory's snapshots.
+
+Stand-in kept (the Python kubelet client): stream versions and timings byte by byte, which the
+real kubelet (tests/node/test_health.py) never exposes.
+"""
 
 from __future__ import annotations
 

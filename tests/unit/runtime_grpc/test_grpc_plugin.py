@@ -1,4 +1,8 @@
-"""The kubelet's view of one in-process plugin: registration, prepare/unprepare, sockets."""
+"""The kubelet's view of one in-process plugin: registration, prepare/unprepare, sockets.
+
+Stand-in kept (the Python kubelet client): both API versions and malformed requests, which the
+real kubelet (tests/node) never sends.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""The plugin as a real child process: signals, leftovers of kill -9, HTTP health and metrics."""
+"""The plugin as a real child process: signals, leftovers of kill -9, HTTP health and metrics.
+
+Stand-in kept (the Python kubelet client): kill -9 leftovers and socket races a real kubelet
+cannot be made to produce on cue.
+"""
 
 from __future__ import annotations
 

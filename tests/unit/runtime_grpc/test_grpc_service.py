@@ -1,6 +1,10 @@
 """Both halves together: the kubelet client, over gRPC, against DriverService (the real
 ClaimManager, checkpoint and CDI writer) with the claim-core tests' HoldDriver and claim store
-(the stand-in for the API server's claim GET, see claimkit's module doc)."""
+(the stand-in for the API server's claim GET, see claimkit's module doc).
+
+Stand-in kept (the Python kubelet client and claim store): the service's answers field by field
+for claims the API server would reject; tests/node runs real claims.
+"""
 
 from __future__ import annotations
 
