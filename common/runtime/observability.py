@@ -6,12 +6,22 @@
 - `/readyz` (readiness): 200 once the kubelet also confirmed registration of every driver;
   503 otherwise, with the per-driver reason, e.g. the kubelet's rejection message.
 Both health bodies are JSON with one entry per driver.
+
+The port answers anyone who can reach it (the NIC driver's is on the host network), so what a
+client costs is bounded: at most `max_connections` connections are served at once, one thread
+each; a further one is closed at once. A connection that has not sent its whole request within
+`read_timeout` seconds is closed, however slowly it trickles bytes (a per-read timeout alone
+would let one byte every few seconds hold a thread forever), and requests are HTTP/1.0, one per
+connection. Probes and a Prometheus scrape need one or two connections for milliseconds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,20 +43,92 @@ def parse_address(address: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
+MAX_CONNECTIONS = 16
+READ_TIMEOUT = 5.0  # seconds for a whole request to arrive
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = MAX_CONNECTIONS
 
-    def __init__(self, address: tuple[str, int], statuses: Callable[[], Sequence[PluginStatus]]) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        statuses: Callable[[], Sequence[PluginStatus]],
+        max_connections: int,
+        read_timeout: float,
+    ) -> None:
         if ":" in address[0]:
-            import socket
-
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
         self.statuses = statuses
+        self.read_timeout = read_timeout
+        self.refused = 0  # connections closed at once because every slot was taken
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._reading: dict[socket.socket, float] = {}  # connection -> when its request is overdue
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._reaper = threading.Thread(target=self._reap, name="metrics-http-reaper", daemon=True)
+        self._reaper.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def reading(self, conn: socket.socket, done: bool) -> None:
+        with self._lock:
+            if done:
+                self._reading.pop(conn, None)
+            else:
+                self._reading[conn] = time.monotonic() + self.read_timeout
+
+    def _reap(self) -> None:
+        """Closes the reading side of connections whose request is overdue: the handler's blocked
+        read then ends, and so does its thread."""
+        while not self._closed.wait(min(1.0, self.read_timeout / 4)):
+            now = time.monotonic()
+            with self._lock:
+                late = [c for c, due in self._reading.items() if due < now]
+                for c in late:
+                    del self._reading[c]
+            for c in late:
+                with contextlib.suppress(OSError):
+                    c.shutdown(socket.SHUT_RDWR)
+
+    def server_close(self) -> None:
+        self._closed.set()
+        super().server_close()
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.read_timeout)  # each read and write
+        self.server.reading(self.connection, done=False)
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()  # reads the headers
+        self.server.reading(self.connection, done=True)  # the request is in: reading is over
+        return ok
+
+    def finish(self) -> None:
+        self.server.reading(self.connection, done=True)
+        super().finish()
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -75,9 +157,18 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class Observability:
-    def __init__(self, address: str, statuses: Callable[[], Sequence[PluginStatus]]) -> None:
+    def __init__(
+        self,
+        address: str,
+        statuses: Callable[[], Sequence[PluginStatus]],
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        read_timeout: float = READ_TIMEOUT,
+    ) -> None:
         self._address = parse_address(address)
         self._statuses = statuses
+        self._max_connections = max_connections
+        self._read_timeout = read_timeout
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -89,7 +180,7 @@ class Observability:
         return int(self._server.server_address[1])
 
     def start(self) -> None:
-        self._server = _Server(self._address, self._statuses)
+        self._server = _Server(self._address, self._statuses, self._max_connections, self._read_timeout)
         self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True)
         self._thread.start()
         _log.info("metrics and health endpoint listening", address=f"{self._address[0]}:{self.port}")

@@ -9,6 +9,7 @@ does.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
@@ -153,3 +154,32 @@ def driver_container(ds: Obj) -> Obj:
     (container,) = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "driver"]
     found: Obj = container
     return found
+
+
+# What the downward API gives a pod on a sample node, for expanding $(VAR) in arguments.
+SAMPLE_FIELDS = {
+    "spec.nodeName": "node-a",
+    "status.hostIP": "192.0.2.10",
+    "status.podIP": "192.0.2.10",
+    "metadata.uid": "0b6f7e2c-5d1a-4c3e-9f00-000000000001",
+}
+
+
+def container_args(container: Obj) -> list[str]:
+    """The container's args as the kubelet passes them: $(VAR) of its env expanded ($$ is $),
+    fieldRef values from SAMPLE_FIELDS; an undefined $(VAR) stays as written, as the kubelet
+    leaves it."""
+    env: dict[str, str] = {}
+    for e in container.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        elif "fieldRef" in e.get("valueFrom", {}):
+            env[e["name"]] = SAMPLE_FIELDS[e["valueFrom"]["fieldRef"]["fieldPath"]]
+    pattern = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+    def one(m: re.Match[str]) -> str:
+        if m[0] == "$$":
+            return "$"
+        return env.get(m[1], m[0])
+
+    return [pattern.sub(one, a) for a in container.get("args", [])]

@@ -17,7 +17,15 @@ import yaml
 from topodra.drivers.cli.main import build_parser
 
 from tests.conftest import REPO
-from tests.deploy.render import CHART, RELEASE_LABELS, Tools, check_daemonset, daemonsets, driver_container
+from tests.deploy.render import (
+    CHART,
+    RELEASE_LABELS,
+    Tools,
+    check_daemonset,
+    container_args,
+    daemonsets,
+    driver_container,
+)
 
 BAD_VALUES = [
     (["--set", "cpu.deviceGranularity=socket"], "/cpu/deviceGranularity"),
@@ -147,7 +155,7 @@ def test_values_defaults_are_the_binarys(tools: Tools) -> None:
     defaults = vars(_defaults())
     mismatched = []
     for kind, ds in daemonsets(tools.helm_template()).items():
-        args = [a for a in driver_container(ds)["args"]]
+        args = container_args(driver_container(ds))
         parsed = vars(build_parser("serve").parse_args([*args, "--node-name", "n"]))
         for key, value in parsed.items():
             if key in CHART_CHOICES or key == "run":

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, skip_or_fail
-from tests.deploy.render import DEPLOY, Tools, check_daemonset, daemonsets, driver_container
+from tests.deploy.render import DEPLOY, Tools, check_daemonset, container_args, daemonsets, driver_container
 
 KIND_UP = REPO / "hack" / "kind-up.sh"
 KIND_E2E = REPO / "hack" / "kind-e2e.sh"
@@ -74,7 +74,7 @@ def test_kind_config_matches_the_kind_overlay(tools: Tools) -> None:
         pod = ds["spec"]["template"]["spec"]
         from topodra.drivers.cli.main import build_parser
 
-        args = build_parser("serve").parse_args(driver_container(ds)["args"])
+        args = build_parser("serve").parse_args(container_args(driver_container(ds)))
         synth = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}["synth"]
         assert str(args.sysfs_root) == synth
         mounts = {m["mountPath"]: m for m in driver_container(ds)["volumeMounts"]}

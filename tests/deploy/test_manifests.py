@@ -27,10 +27,12 @@ from tests.controlplane.cluster import DRIVER_NAMESPACE, service_account
 from tests.deploy.render import (
     DEPLOY,
     KINDS,
+    SAMPLE_FIELDS,
     Obj,
     base_file,
     by_key,
     check_daemonset,
+    container_args,
     daemonsets,
     driver_container,
     example_files,
@@ -46,7 +48,7 @@ CHECK_DS = check_daemonset(BASE)
 
 def serve_args(ds: Obj) -> argparse.Namespace:
     """The driver container's command line as `topodra` parses it (ENTRYPOINT is `topodra`)."""
-    argv = driver_container(ds)["args"]
+    argv = container_args(driver_container(ds))
     assert argv[0] == "serve"
     return build_parser("serve").parse_args(argv)
 
@@ -106,9 +108,13 @@ def test_arguments_are_real_flags_and_match_the_mounts(kind: str) -> None:
     mount, host = host_mount(container, pod, Path(args.sysfs_root) / "sys")
     assert host == "/sys" and mount["readOnly"] is True
     # the health endpoint is where the probes look
-    _, port = parse_address(args.metrics_address)
+    host, port = parse_address(args.metrics_address)
     (metrics,) = [p for p in container["ports"] if p["name"] == "metrics"]
     assert metrics["containerPort"] == port
+    if pod.get("hostNetwork"):
+        # on the host network it binds the node's IP (where probes and scrapes arrive), not
+        # every interface of the node
+        assert host == SAMPLE_FIELDS["status.hostIP"], args.metrics_address
     if kind == "cpu":
         from topodra.drivers.cpu import options
 

@@ -29,6 +29,7 @@ from tests.deploy.render import (
     Tools,
     by_key,
     check_daemonset,
+    container_args,
     daemonsets,
     driver_container,
     example_files,
@@ -187,7 +188,7 @@ def non_default(tools: Tools, tmp_path_factory: pytest.TempPathFactory) -> dict[
 
 
 def parsed(ds: Obj) -> argparse.Namespace:
-    return build_parser("serve").parse_args(driver_container(ds)["args"])
+    return build_parser("serve").parse_args(container_args(driver_container(ds)))
 
 
 def test_chart_values_reach_every_driver_flag(non_default: dict[str, Obj]) -> None:

@@ -52,7 +52,7 @@ seccompProfile:
 {{- define "topodra.commonArgs" -}}
 - --kubelet-root-dir={{ .root.Values.kubeletRootDir }}
 - --cdi-root={{ .root.Values.cdiRoot }}
-- --metrics-address=:{{ .port }}
+- --metrics-address={{ .host | default "" }}:{{ .port }}
 - --log-level={{ .root.Values.logLevel }}
 {{- end }}
 
