@@ -164,7 +164,8 @@ class ClaimStatusWriter(Protocol):
     """Writes this driver's entries of `ResourceClaim.status.devices` (resourceclaims/status).
 
     The runtime builds one per driver and hands it to drivers that declare
-    `capabilities.WritesClaimStatus`; other drivers never see it.
+    `capabilities.WritesClaimStatus`, queued (statusqueue.py): calls return at once and failed
+    writes are retried, so a driver may call it from prepare.
     """
 
     def set_devices(self, claim: ClaimRef, devices: Sequence[AllocatedDeviceStatus]) -> None:

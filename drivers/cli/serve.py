@@ -21,6 +21,7 @@ from topodra.common.runtime.claimstatus import KubeClaimStatusWriter
 from topodra.common.runtime.observability import Observability
 from topodra.common.runtime.plugin import PluginOptions, serve_all
 from topodra.common.runtime.service import DriverService
+from topodra.common.runtime.statusqueue import QueuedStatusWriter
 from topodra.drivers import flags, registry
 from topodra.drivers.cli.inspect import add_root_argument, root_problem
 
@@ -212,7 +213,7 @@ def build(args: argparse.Namespace, kinds: list[str]) -> tuple[list[DriverServic
         driver = registry.create(kind, common)
         caps = capabilities.of(driver)
         if caps.set_status_writer is not None:
-            caps.set_status_writer(KubeClaimStatusWriter(api, driver.name))
+            caps.set_status_writer(QueuedStatusWriter(KubeClaimStatusWriter(api, driver.name)))
         publisher = (
             None
             if args.no_publish

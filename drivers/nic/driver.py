@@ -9,7 +9,7 @@ pod's namespace so that unprepare can bring the interface back even after the po
 
 A NIC inside a pod is gone from the host's view; the scan reports it as held with its
 last-known attributes, so the inventory keeps it published and the scheduler keeps seeing it.
-Health (health.py) and claim status (status.py) live beside this file.
+Health is in health.py; claim status is written through the runtime's queued writer.
 """
 
 from __future__ import annotations
@@ -28,9 +28,12 @@ from topodra.common.inventory import InventoryHandle, Policy
 from topodra.common.runtime.config import describe_claim
 from topodra.common.runtime.driver import (
     AllocatedDevice,
+    AllocatedDeviceStatus,
     ClaimRef,
     ClaimStatusWriter,
+    DeviceCondition,
     DeviceHealth,
+    NetworkDeviceData,
     OpaqueConfig,
     Preparation,
     PreparedDevice,
@@ -39,7 +42,7 @@ from topodra.common.runtime.driver import (
 )
 from topodra.common.topology import discover
 from topodra.common.topology.model import Topology
-from topodra.drivers.nic import attach, config, edits, health, hookfiles, iplink, status, uplink
+from topodra.drivers.nic import attach, config, edits, health, hookfiles, iplink, uplink
 from topodra.drivers.nic.attach import Attachment, ReleaseError
 from topodra.drivers.nic.devices import DRIVER, Nic, Selection, build_nics
 
@@ -97,7 +100,7 @@ class NicDriver:
         self._lock = threading.RLock()
         self._nics: dict[str, Nic] | None = None  # as of the last look
         self._held: dict[str, _Held] = {}
-        self._status: status.StatusQueue | None = None
+        self._status: ClaimStatusWriter | None = None
         self._inventory: InventoryHandle | None = None
         self._hook_installed = False
         self._pods = health.InPods(options.sysfs_root, options.rescan_interval, clock)
@@ -120,14 +123,7 @@ class NicDriver:
         self._inventory = inventory
 
     def set_status_writer(self, writer: ClaimStatusWriter) -> None:
-        with self._lock:
-            if self._status is not None:
-                self._status.close()
-            self._status = status.StatusQueue(writer)
-
-    def flush_status(self, timeout: float = 10.0) -> bool:
-        """Wait until queued status writes are done (tests, shutdown)."""
-        return True if self._status is None else self._status.flush(timeout)
+        self._status = writer
 
     # --- the host view ------------------------------------------------------------------------
     def _look(self) -> dict[str, Nic]:
@@ -209,7 +205,7 @@ class NicDriver:
             held.reported_attached = False
             self._pods.forget(att.device)
             if self._status is not None:
-                self._status.set(held.claim, [status.entry(att, "PodGone", done, (), ready="False")])
+                self._status.set_devices(held.claim, [_entry(att, "PodGone", done, (), ready="False")])
         return moved
 
     def _report_attached(self, held: _Held) -> None:
@@ -224,8 +220,8 @@ class NicDriver:
         except (iplink.IpError, ValueError):
             ips = att.ips
         held.reported_attached = True
-        self._status.set(
-            held.claim, [status.entry(att, "Attached", f"{att.container_name} is in the pod", ips)]
+        self._status.set_devices(
+            held.claim, [_entry(att, "Attached", f"{att.container_name} is in the pod", ips)]
         )
 
     # --- prepare ------------------------------------------------------------------------------
@@ -290,10 +286,10 @@ class NicDriver:
                     mode=att.mode,
                 )
             if self._status is not None:
-                self._status.set(
+                self._status.set_devices(
                     claim,
                     [
-                        status.entry(
+                        _entry(
                             a,
                             "Prepared",
                             f"{a.host_name} will be {a.container_name} in the pod"
@@ -356,7 +352,7 @@ class NicDriver:
             if errors:
                 raise PrepareError(f"{describe_claim(claim)}: " + "; ".join(errors))
             if self._status is not None and atts:
-                self._status.remove(claim, [(a.pool, a.device, a.share_id) for a in atts])
+                self._status.remove_devices(claim, [(a.pool, a.device, a.share_id) for a in atts])
 
     def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:
         with self._lock:
@@ -386,3 +382,21 @@ class NicDriver:
     def nics(self) -> dict[str, Nic]:
         with self._lock:
             return dict(self._look())
+
+
+def _entry(
+    att: Attachment, reason: str, message: str, ips: Sequence[str], ready: str = "True"
+) -> AllocatedDeviceStatus:
+    """Our `status.devices[]` entry for one attachment: what the pod's network sees of it."""
+    net = NetworkDeviceData(
+        interface_name=att.container_name if att.mode != "none" else att.host_name,
+        hardware_address=att.mac or "",
+        ips=tuple(ips),
+    )
+    return AllocatedDeviceStatus(
+        pool=att.pool,
+        device=att.device,
+        share_id=att.share_id,
+        conditions=(DeviceCondition("Ready", ready, reason, message),),
+        network_data=net,
+    )

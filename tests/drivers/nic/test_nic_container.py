@@ -23,6 +23,7 @@ from topodra.common.runtime.claims import ClaimManager, cdi_kind
 from topodra.common.runtime.claimsource import KubeClaimSource
 from topodra.common.runtime.claimstatus import KubeClaimStatusWriter
 from topodra.common.runtime.driver import Health
+from topodra.common.runtime.statusqueue import QueuedStatusWriter
 from topodra.drivers.nic.devices import DRIVER, Selection
 from topodra.drivers.nic.driver import NicDriver, NicOptions
 
@@ -156,7 +157,8 @@ def test_end_to_end_claim_from_the_api_server_into_a_running_container(
             rescan_interval=0.0,
         )
     )
-    driver.set_status_writer(KubeClaimStatusWriter(token_client, DRIVER))
+    status = QueuedStatusWriter(KubeClaimStatusWriter(token_client, DRIVER))
+    driver.set_status_writer(status)
     m = ClaimManager(
         driver,
         node,
@@ -171,7 +173,7 @@ def test_end_to_end_claim_from_the_api_server_into_a_running_container(
     try:
         assert not out.error, out.error
         ids = [i for d in out.devices for i in d.cdi_device_ids]
-        assert driver.flush_status(30)
+        assert status.flush(30)
         (entry,) = status_devices(admin, ref)
         assert entry["conditions"][0]["reason"] == "Prepared"
         assert entry["networkData"] == {
@@ -191,7 +193,7 @@ def test_end_to_end_claim_from_the_api_server_into_a_running_container(
         seen_health = health(driver)[device]  # looks into the pinned namespace
         assert seen_health.health is Health.UNHEALTHY, seen_health  # its peer is down
         assert seen_health.message.startswith("net7 (in pod): "), seen_health
-        assert driver.flush_status(30)
+        assert status.flush(30)
         (entry,) = status_devices(admin, ref)
         assert entry["conditions"][0]["reason"] == "Attached"
         assert entry["networkData"]["ips"] == ["192.0.2.45/24"]  # observed inside the pod
@@ -206,5 +208,5 @@ def test_end_to_end_claim_from_the_api_server_into_a_running_container(
     assert result == {ref.uid: ""}
     link = host_link(host)
     assert link is not None and link["address"] == mac
-    assert driver.flush_status(30)
+    assert status.flush(30)
     assert status_devices(admin, ref) == []

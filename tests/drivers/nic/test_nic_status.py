@@ -24,6 +24,7 @@ from topodra.common.runtime.driver import (
     NetworkDeviceData,
     OpaqueConfig,
 )
+from topodra.common.runtime.statusqueue import QueuedStatusWriter
 from topodra.drivers.nic.devices import DRIVER
 from topodra.drivers.nic.driver import NicDriver, NicOptions
 
@@ -175,7 +176,8 @@ def test_nic_driver_reports_its_devices_on_the_claim(
     d = NicDriver(
         NicOptions(sysfs_root=str(root), node_name=node, hook_dir=tmp_path / "h", state_dir=tmp_path / "s")
     )
-    d.set_status_writer(KubeClaimStatusWriter(cp.driver_client("nic", node), DRIVER))
+    status = QueuedStatusWriter(KubeClaimStatusWriter(cp.driver_client("nic", node), DRIVER))
+    d.set_status_writer(status)
     cfg = OpaqueConfig(
         "FromClaim",
         (),
@@ -187,12 +189,12 @@ def test_nic_driver_reports_its_devices_on_the_claim(
         },
     )
     prep = d.prepare(ref, [AllocatedDevice("nic", node, dev)], [cfg])
-    assert d.flush_status(30)
+    assert status.flush(30)
     (got,) = status_devices(admin, ref)
     assert got["networkData"] == {"interfaceName": "net1", "hardwareAddress": mac, "ips": ["192.0.2.7/24"]}
     assert [(c["type"], c["status"], c["reason"]) for c in got["conditions"]] == [
         ("Ready", "True", "Prepared")
     ]
     d.unprepare(ref, prep)
-    assert d.flush_status(30)
+    assert status.flush(30)
     assert status_devices(admin, ref) == []
