@@ -13,10 +13,11 @@
 # Without --real-devices the accelerator and NIC drivers see a small synthetic machine
 # (tests/node/machine.json: 2 GPUs, 4 NICs that are veths on this host), so claims work anywhere.
 # One real node per machine: a second one (or a test run of tests/node) waits for this one.
+# Env: TOPODRA_LOCAL_UP_DIR (pid, log and cluster details; default /run/topodra-local-up).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-state_dir=/run/topodra-local-up
+state_dir="${TOPODRA_LOCAL_UP_DIR:-/run/topodra-local-up}"
 state="$state_dir/cluster.json"
 pidfile="$state_dir/supervisor.pid"
 log="$state_dir/local-up.log"
@@ -104,7 +105,7 @@ EOF
 case "${1:-}" in
 --down) down ;;
 --real-devices | "") up "$@" ;;
--h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' ;;
+-h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' ;;
 *)
     say "unknown argument $1 (--down, --real-devices, --help)"
     exit 2

@@ -33,6 +33,7 @@ from tests.node.node import RealNode, real_node_lock
 
 DEFAULT_SUBNET = "10.213.0.0/24"
 NODE_FIXTURES = frozenset({"real_node", "node_drivers"})
+LOCAL_UP_TESTS = "tests/node/test_local_up.py"
 
 
 class _Tier:
@@ -143,6 +144,9 @@ def node_drivers(real_node: RealNode) -> Iterator[Drivers]:
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
+    # hack/local-up.sh brings up a node of its own: after every user of the session's node.
+    own_node = [i for i in items if i.nodeid.startswith(LOCAL_UP_TESTS)]
+    items[:] = [i for i in items if not i.nodeid.startswith(LOCAL_UP_TESTS)] + own_node
     users = [i for i in items if NODE_FIXTURES & set(getattr(i, "fixturenames", ()))]
     _tier.last_user = users[-1].nodeid if users else None
 
