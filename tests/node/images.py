@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,6 +159,7 @@ def debian_rootfs(cache: Path = CACHE) -> Path:
             partial.unlink(missing_ok=True)
             raise RuntimeError(f"mmdebstrap failed:\n{done.stderr[-3000:]}")
         partial.rename(out)
+        _prune(cache, f"debian-{DEBIAN_SUITE}-*.tar", keep=out, newest=1)
     return out
 
 
@@ -215,7 +217,18 @@ def topodra_image(name: str, cache: Path = CACHE) -> BuiltImage:
             user = "65532:65532"  # as the Dockerfile's; the DaemonSets that need root say so
             image = Image(name, [base, app], entrypoint=["topodra"], cmd=["--help"], env=env, user=user)
             write_archive(archive, image)
+        _prune(cache, "topodra-*.tar", keep=archive)
     return BuiltImage(name, archive)
+
+
+def _prune(cache: Path, pattern: str, keep: Path, newest: int = 3, min_age: float = 3600.0) -> None:
+    """Every checkout change makes a new ~300 MB archive: keep the newest few, and any younger
+    than an hour (another session may be about to import it)."""
+    now = time.time()
+    old = sorted(cache.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)[newest:]
+    for path in old:
+        if path != keep and now - path.stat().st_mtime > min_age:
+            path.unlink(missing_ok=True)
 
 
 def normalize_reference(ref: str) -> str:
