@@ -74,35 +74,6 @@ class Taint:
         return out
 
 
-def _counters_to_api(counters: Mapping[str, str]) -> dict[str, Any]:
-    return {name: {"value": value} for name, value in sorted(counters.items())}
-
-
-@dataclass(frozen=True, slots=True)
-class CounterSet:
-    """Shared counters (DRAPartitionableDevices) that overlapping partitions consume from.
-
-    Published in slices of their own (1.35+: a slice holds devices or counter sets, not both).
-    """
-
-    name: str  # DNS label, unique in the pool
-    counters: Mapping[str, str]  # counter name (DNS label) -> quantity
-
-    def to_api(self) -> dict[str, Any]:
-        return {"name": self.name, "counters": _counters_to_api(self.counters)}
-
-
-@dataclass(frozen=True, slots=True)
-class CounterConsumption:
-    """How much of one counter set a device uses while allocated."""
-
-    counter_set: str
-    counters: Mapping[str, str]  # counter name -> quantity
-
-    def to_api(self) -> dict[str, Any]:
-        return {"counterSet": self.counter_set, "counters": _counters_to_api(self.counters)}
-
-
 def attribute_to_api(value: AttributeValue) -> dict[str, Any]:
     """Encode one attribute value as the API's one-of (`int`, `bool`, `string`, `version`, lists)."""
     if isinstance(value, bool):
@@ -139,16 +110,11 @@ class Device:
     capacity: Mapping[str, Capacity] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     allow_multiple_allocations: bool = False
-    consumes_counters: tuple[CounterConsumption, ...] = ()
 
     @property
     def uses_advanced_features(self) -> bool:
-        """Taints, counters or list attributes lower the per-slice limit from 128 to 64."""
-        return (
-            bool(self.taints)
-            or bool(self.consumes_counters)
-            or any(is_list_attribute(v) for v in self.attributes.values())
-        )
+        """Taints or list attributes lower the per-slice limit from 128 to 64."""
+        return bool(self.taints) or any(is_list_attribute(v) for v in self.attributes.values())
 
     def to_api(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name}
@@ -156,8 +122,6 @@ class Device:
             out["attributes"] = {k: attribute_to_api(v) for k, v in sorted(self.attributes.items())}
         if self.capacity:
             out["capacity"] = {k: c.to_api() for k, c in sorted(self.capacity.items())}
-        if self.consumes_counters:
-            out["consumesCounters"] = [c.to_api() for c in self.consumes_counters]
         if self.taints:
             out["taints"] = [t.to_api() for t in self.taints]
         if self.allow_multiple_allocations:
@@ -213,10 +177,4 @@ def device_from_api(data: Mapping[str, Any]) -> Device:
             for t in data.get("taints") or ()
         ),
         allow_multiple_allocations=bool(data.get("allowMultipleAllocations", False)),
-        consumes_counters=tuple(
-            CounterConsumption(
-                str(c["counterSet"]), {str(k): str(v["value"]) for k, v in (c.get("counters") or {}).items()}
-            )
-            for c in data.get("consumesCounters") or ()
-        ),
     )

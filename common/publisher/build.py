@@ -12,13 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from topodra.common.device import CounterSet, Device
+from topodra.common.device import Device
 from topodra.common.publisher.validation import DEFAULT_LIMITS, Limits, Problem, validate
 
 API_VERSION = "resource.k8s.io/v1"
 MAX_DEVICES = 128  # ResourceSliceMaxDevices
-MAX_DEVICES_ADVANCED = 64  # ...WithAdvancedFeatures: taints, consumesCounters, list attributes
-MAX_COUNTER_SETS = 8  # per slice
+MAX_DEVICES_ADVANCED = 64  # ...WithAdvancedFeatures: taints, list attributes
 # The API server appends 5 random characters to generateName and keeps names ≤63, so it cuts
 # longer prefixes to 58 (docs/design/resourceslices.md; not verified on every release); we cut
 # the same way so our output is exact.
@@ -91,19 +90,10 @@ def owner_reference(node_name: str, node_uid: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid, "controller": True}
 
 
-def slice_specs(
-    driver_name: str, node_name: str, devices: Sequence[Device], counter_sets: Sequence[CounterSet] = ()
-) -> list[dict[str, Any]]:
-    """The `spec` of each desired slice without pool generation/count (those are sync decisions).
-
-    Counter-set slices come first: they change rarely, so device slices appended at the end do
-    not shift them.
-    """
+def slice_specs(driver_name: str, node_name: str, devices: Sequence[Device]) -> list[dict[str, Any]]:
+    """The `spec` of each desired slice without pool generation/count (those are sync decisions)."""
     specs: list[dict[str, Any]] = []
     base = {"driver": driver_name, "pool": {"name": node_name}, "nodeName": node_name}
-    for start in range(0, len(counter_sets), MAX_COUNTER_SETS):
-        group = counter_sets[start : start + MAX_COUNTER_SETS]
-        specs.append({**base, "sharedCounters": [cs.to_api() for cs in group]})
     for chunk in chunk_devices(devices):
         specs.append({**base, "devices": [d.to_api() for d in chunk]})
     if not specs:
@@ -142,13 +132,12 @@ def build_desired(
     node_uid: str | None,
     devices: Sequence[Device],
     *,
-    counter_sets: Sequence[CounterSet] = (),
     generation: int = 1,
     limits: Limits = DEFAULT_LIMITS,
 ) -> Desired:
     """Validate, chunk and name: the slices a fresh pool at `generation` would have."""
-    checked = validate(devices, counter_sets, limits)
-    specs = slice_specs(driver_name, node_name, checked.devices, checked.counter_sets)
+    checked = validate(devices, limits)
+    specs = slice_specs(driver_name, node_name, checked.devices)
     uid = node_uid or PLACEHOLDER_NODE_UID
     slices = tuple(slice_object(spec, i, len(specs), generation, uid) for i, spec in enumerate(specs))
     return Desired(slices, checked.problems, checked.devices)
@@ -160,7 +149,6 @@ def build_slices(
     node_uid: str | None,
     devices: Sequence[Device],
     *,
-    counter_sets: Sequence[CounterSet] = (),
     generation: int = 1,
     limits: Limits = DEFAULT_LIMITS,
 ) -> list[dict[str, Any]]:
@@ -174,7 +162,6 @@ def build_slices(
         node_name,
         node_uid,
         devices,
-        counter_sets=counter_sets,
         generation=generation,
         limits=limits,
     )

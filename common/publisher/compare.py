@@ -18,7 +18,6 @@ from topodra.common.publisher import quantity
 
 # Features whose fields the server drops when their gate is off, and how we spot each.
 TAINTS = "DRADeviceTaints"
-PARTITIONABLE = "DRAPartitionableDevices"
 CONSUMABLE = "DRAConsumableCapacity"
 BINDING = "DRADeviceBindingConditions"
 LIST_ATTRIBUTES = "DRAListTypeAttributes"
@@ -26,16 +25,14 @@ NODE_ALLOCATABLE = "DRANodeAllocatableResources"
 
 _DEVICE_FIELDS = {
     "taints": TAINTS,
-    "consumesCounters": PARTITIONABLE,
     "allowMultipleAllocations": CONSUMABLE,
     "bindsToNode": BINDING,
     "bindingConditions": BINDING,
     "bindingFailureConditions": BINDING,
     "nodeAllocatableResources": NODE_ALLOCATABLE,
 }
-_SPEC_FIELDS = {"sharedCounters": PARTITIONABLE, "perDeviceNodeSelection": PARTITIONABLE}
 _LIST_KEYS = ("ints", "bools", "strings", "versions")
-_FALSE_MEANS_ABSENT = ("allowMultipleAllocations", "bindsToNode", "allNodes", "perDeviceNodeSelection")
+_FALSE_MEANS_ABSENT = ("allowMultipleAllocations", "bindsToNode", "allNodes")
 
 
 def normalize_spec(spec: Mapping[str, Any], *, ignore_taint_time: bool = False) -> dict[str, Any]:
@@ -44,13 +41,9 @@ def normalize_spec(spec: Mapping[str, Any], *, ignore_taint_time: bool = False) 
     for device in out.get("devices", []):
         for cap in device.get("capacity", {}).values():
             _quantities_in_capacity(cap)
-        for consumption in device.get("consumesCounters", []):
-            _quantities_in_counters(consumption.get("counters", {}))
         for taint in device.get("taints", []):
             if ignore_taint_time:
                 taint.pop("timeAdded", None)
-    for counter_set in out.get("sharedCounters", []):
-        _quantities_in_counters(counter_set.get("counters", {}))
     return out
 
 
@@ -83,9 +76,6 @@ def adopt_server_fields(desired: Mapping[str, Any], stored: Mapping[str, Any]) -
 def dropped_features(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> set[str]:
     """Features whose fields we sent but the server did not store (gate off on the server)."""
     features: set[str] = set()
-    for field, feature in _SPEC_FIELDS.items():
-        if _present(sent.get(field)) and not _present(stored.get(field)):
-            features.add(feature)
     stored_devices = {d.get("name"): d for d in stored.get("devices") or []}
     for device in sent.get("devices") or []:
         old = stored_devices.get(device.get("name"))
@@ -123,9 +113,6 @@ def strip_features(spec: Mapping[str, Any], features: Iterable[str]) -> dict[str
     out = copy.deepcopy(dict(spec))
     if not off:
         return out
-    for field, feature in _SPEC_FIELDS.items():
-        if feature in off:
-            out.pop(field, None)
     for device in out.get("devices", []):
         for field, feature in _DEVICE_FIELDS.items():
             if feature in off:
@@ -174,12 +161,6 @@ def _q(text: Any) -> Any:
         except quantity.QuantityError:
             return text
     return text
-
-
-def _quantities_in_counters(counters: dict[str, Any]) -> None:
-    for counter in counters.values():
-        if "value" in counter:
-            counter["value"] = _q(counter["value"])
 
 
 def _quantities_in_capacity(cap: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ from functools import partial
 from typing import Any
 
 from topodra.common import logs
-from topodra.common.device import CounterSet, Device
+from topodra.common.device import Device
 from topodra.common.publisher import compare
 from topodra.common.publisher.api import ApiError, KubeSliceApi, SliceApi, WatchStream
 from topodra.common.publisher.backoff import Backoff
@@ -37,7 +37,6 @@ from topodra.common.runtime import metrics
 
 _FEATURE_HINT = {
     compare.TAINTS: "device taints",
-    compare.PARTITIONABLE: "counters / per-device node selection",
     compare.CONSUMABLE: "allowMultipleAllocations / capacity requestPolicy",
     compare.BINDING: "binding conditions",
     compare.LIST_ATTRIBUTES: "list-typed attributes",
@@ -129,12 +128,12 @@ class SlicePublisher:
 
     # ---- what the runtime calls -------------------------------------------------------------
 
-    def set_devices(self, devices: Sequence[Device], *, counter_sets: Sequence[CounterSet] = ()) -> None:
+    def set_devices(self, devices: Sequence[Device]) -> None:
         """Publish exactly these devices, in this order (the inventory's snapshot). Validation
         problems are logged once per change."""
         with self._cond:
-            checked = validate(devices, counter_sets, self._limits)
-            specs = slice_specs(self.driver_name, self.node_name, checked.devices, checked.counter_sets)
+            checked = validate(devices, self._limits)
+            specs = slice_specs(self.driver_name, self.node_name, checked.devices)
             if checked.problems != self._problems:
                 for problem in checked.problems:
                     self._log.warning(

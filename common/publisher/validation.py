@@ -6,7 +6,7 @@ device of the slice. We check each device first and leave out only what is broke
 - an attribute whose own value or name is invalid is dropped and the device stays (the other
   attributes still describe it, and a missing attribute only makes selectors not match it);
 - anything that changes what allocating the device means (its name, capacity, request policy,
-  taints, counters) or a count limit (where we cannot choose which attribute to sacrifice) drops
+  taints) or a count limit (where we cannot choose which attribute to sacrifice) drops
   the whole device: publishing it without a NoSchedule taint or with unaccounted capacity would
   let the scheduler hand out something it should not.
 
@@ -17,15 +17,13 @@ it; the rest of the devices still publish.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from topodra.common.device import (
     AttributeValue,
     Capacity,
-    CounterConsumption,
-    CounterSet,
     Device,
     RequestPolicy,
     Version,
@@ -45,8 +43,6 @@ class Limits:
     string_length: int = 64
     list_attributes: bool = True  # False: DRAListTypeAttributes known to be off
     taints: int = 16  # 1.34: 4
-    counter_consumptions: int = 2
-    counters_per_set: int = 32
     valid_values: int = 10
 
 
@@ -79,11 +75,11 @@ def limits_for(version: str | None) -> Limits:
 class Problem:
     """One thing left out of the published slices, and why."""
 
-    device: str  # device name ("" for pool-level problems such as a counter set)
+    device: str  # device name
     rule: str  # stable identifier, e.g. "attribute-string-length"
     detail: str
     field: str = ""  # e.g. the attribute key
-    action: str = "dropped-device"  # dropped-device | dropped-attribute | dropped-counter-set
+    action: str = "dropped-device"  # dropped-device | dropped-attribute
 
     def __str__(self) -> str:
         where = f" {self.field}" if self.field else ""
@@ -93,7 +89,6 @@ class Problem:
 @dataclass(frozen=True, slots=True)
 class Validated:
     devices: tuple[Device, ...]
-    counter_sets: tuple[CounterSet, ...]
     problems: tuple[Problem, ...]
 
 
@@ -105,43 +100,26 @@ class _DeviceInvalid(Exception):
         self.field = field
 
 
-def validate(
-    devices: Sequence[Device], counter_sets: Sequence[CounterSet] = (), limits: Limits = DEFAULT_LIMITS
-) -> Validated:
+def validate(devices: Sequence[Device], limits: Limits = DEFAULT_LIMITS) -> Validated:
     """Split the driver's devices into what may be published and the problems found."""
     problems: list[Problem] = []
-    good_sets: list[CounterSet] = []
-    seen_sets: set[str] = set()
-    for cs in counter_sets:
-        rule_detail = _counter_set_problem(cs, limits)
-        if rule_detail is None and cs.name in seen_sets:
-            rule_detail = ("counter-set-duplicate", "counter set name used twice in the pool")
-        if rule_detail is not None:
-            problems.append(Problem("", rule_detail[0], rule_detail[1], cs.name, "dropped-counter-set"))
-            continue
-        seen_sets.add(cs.name)
-        good_sets.append(cs)
-    known_counters = {cs.name: frozenset(cs.counters) for cs in good_sets}
-
     kept: list[Device] = []
     seen: set[str] = set()
     for device in devices:
         try:
             if device.name in seen:
                 raise _DeviceInvalid("device-name-duplicate", "another device of this pool has this name")
-            fixed, attr_problems = _validate_device(device, known_counters, limits)
+            fixed, attr_problems = _validate_device(device, limits)
         except _DeviceInvalid as err:
             problems.append(Problem(device.name, err.rule, err.detail, err.field, "dropped-device"))
             continue
         seen.add(device.name)
         problems.extend(attr_problems)
         kept.append(fixed)
-    return Validated(tuple(kept), tuple(good_sets), tuple(problems))
+    return Validated(tuple(kept), tuple(problems))
 
 
-def _validate_device(
-    device: Device, known_counters: Mapping[str, frozenset[str]], limits: Limits
-) -> tuple[Device, list[Problem]]:
+def _validate_device(device: Device, limits: Limits) -> tuple[Device, list[Problem]]:
     if not names.is_dns_label(device.name):
         raise _DeviceInvalid("device-name-dns-label", "must be a DNS label (a-z, 0-9 and '-', ≤63)")
     problems: list[Problem] = []
@@ -168,7 +146,6 @@ def _validate_device(
             "too-many-attribute-values", f"{values} attribute values, the limit is {limits.attribute_values}"
         )
     _check_taints(device, limits)
-    _check_counters(device.consumes_counters, known_counters, limits)
     if len(attributes) != len(device.attributes):
         device = replace(device, attributes=attributes)
     return device, problems
@@ -306,42 +283,6 @@ def _check_taints(device: Device, limits: Limits) -> None:
             raise _DeviceInvalid("taint-value", f"{taint.value!r} is not a label value", taint.key)
         if taint.effect not in TAINT_EFFECTS:
             raise _DeviceInvalid("taint-effect", f"bad effect {taint.effect!r}", taint.key)
-
-
-def _check_counters(
-    consumptions: Sequence[CounterConsumption], known: Mapping[str, frozenset[str]], limits: Limits
-) -> None:
-    if len(consumptions) > limits.counter_consumptions:
-        raise _DeviceInvalid(
-            "too-many-counter-consumptions",
-            f"{len(consumptions)} counter consumptions, the limit is {limits.counter_consumptions}",
-        )
-    sets = [c.counter_set for c in consumptions]
-    if len(set(sets)) != len(sets):
-        raise _DeviceInvalid("counter-consumption-duplicate", "one consumption per counter set")
-    for c in consumptions:
-        if c.counter_set not in known:
-            raise _DeviceInvalid("counter-set-unresolved", "no such counter set in the pool", c.counter_set)
-        if not 1 <= len(c.counters) <= limits.counters_per_set:
-            raise _DeviceInvalid("counter-consumption-size", f"needs 1-{limits.counters_per_set} counters")
-        for name, value in c.counters.items():
-            if name not in known[c.counter_set]:
-                raise _DeviceInvalid("counter-unresolved", f"set has no counter {name!r}", c.counter_set)
-            if _quantity(value, "counter-quantity", name) < 0:
-                raise _DeviceInvalid("counter-quantity", f"{value!r} is negative", name)
-
-
-def _counter_set_problem(cs: CounterSet, limits: Limits) -> tuple[str, str] | None:
-    if not names.is_dns_label(cs.name):
-        return "counter-set-name", "must be a DNS label"
-    if not 1 <= len(cs.counters) <= limits.counters_per_set:
-        return "counter-set-size", f"needs 1-{limits.counters_per_set} counters"
-    for name, value in cs.counters.items():
-        if not names.is_dns_label(name):
-            return "counter-name", f"{name!r} must be a DNS label"
-        if not quantity.is_quantity(value) or quantity.parse(value) < 0:
-            return "counter-quantity", f"{name}: {value!r} is not a non-negative quantity"
-    return None
 
 
 def _quantity(text: str, rule: str, field: str) -> Fraction:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from topodra.common.device import Capacity, CounterConsumption, CounterSet, Device, RequestPolicy, Taint
+from topodra.common.device import Capacity, Device, RequestPolicy, Taint
 from topodra.common.publisher.api import KubeSliceApi
 from topodra.common.publisher.publisher import SlicePublisher
 
@@ -46,9 +46,7 @@ DEVICES = [
         allow_multiple_allocations=True,
     ),
     Device("vf-1", {"resource.kubernetes.io/numaNode": (0, 1), "nic.topodra.io/pf": "pf0"}),
-    Device("part-0", consumes_counters=(CounterConsumption("pf0-bw", {"gbps": "10"}),)),
 ]
-COUNTERS = [CounterSet("pf0-bw", {"gbps": "100"})]
 
 
 def test_dropped_fields_are_named_and_not_rewritten_even_across_restarts(gates_off: ControlPlane) -> None:
@@ -56,7 +54,7 @@ def test_dropped_fields_are_named_and_not_rewritten_even_across_restarts(gates_o
     cp.create_node("gates-node")
     api = KubeSliceApi(cp.driver_client("nic", "gates-node"))
     pub = SlicePublisher(api, "nic.topodra.io", "gates-node", resync_delay=0.5)
-    pub.set_devices(DEVICES, counter_sets=COUNTERS)
+    pub.set_devices(DEVICES)
     pub.start()
     try:
         assert pub.wait_synced(30), pub.status()
@@ -64,11 +62,10 @@ def test_dropped_fields_are_named_and_not_rewritten_even_across_restarts(gates_o
             "DRAConsumableCapacity",
             "DRADeviceTaints",
             "DRAListTypeAttributes",
-            "DRAPartitionableDevices",
         }
         time.sleep(3)
         first = dict(api.writes)
-        assert first == {"create": 2}  # counter-set slice + device slice; the 422 was not a write
+        assert first == {"create": 1}  # the 422 was not a write
         devices = {d["name"]: d for s in pub.published() for d in s["spec"].get("devices", [])}
         assert devices["vf-0"] == {
             "name": "vf-0",
@@ -80,7 +77,7 @@ def test_dropped_fields_are_named_and_not_rewritten_even_across_restarts(gates_o
         pub.stop()
     again = KubeSliceApi(cp.driver_client("nic", "gates-node"))
     restarted = SlicePublisher(again, "nic.topodra.io", "gates-node")
-    restarted.set_devices(DEVICES, counter_sets=COUNTERS)
+    restarted.set_devices(DEVICES)
     restarted.start()
     try:
         assert restarted.wait_synced(30)

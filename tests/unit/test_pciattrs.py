@@ -10,7 +10,6 @@ from topodra.common import pciattrs
 from topodra.common.device import (
     AttributeValue,
     Capacity,
-    CounterConsumption,
     Device,
     RequestPolicy,
     Taint,
@@ -66,7 +65,6 @@ def test_device_from_api_inverts_to_api(attrs: dict[str, AttributeValue], memory
         },
         taints=(Taint("x.io/unhealthy", "DeviceRemoved"),) if taint else (),
         allow_multiple_allocations=True,
-        consumes_counters=(CounterConsumption("set-a", {"mem": "1Gi"}),),
     )
     assert device_from_api(dev.to_api()) == dev
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from topodra.common.device import Capacity, CounterConsumption, CounterSet, Device, Taint
+from topodra.common.device import Capacity, Device, Taint
 from topodra.common.publisher.build import (
     GENERATE_NAME_MAX,
     PLACEHOLDER_NODE_UID,
@@ -36,15 +36,11 @@ def test_128_plain_devices_fill_one_slice_and_129_need_two() -> None:
     assert [len(c) for c in chunk_devices(plain(256))] == [128, 128]
 
 
-def test_taints_lists_and_counters_lower_the_limit_to_64() -> None:
+def test_taints_and_lists_lower_the_limit_to_64() -> None:
     assert [len(c) for c in chunk_devices(tainted(64))] == [64]
     assert [len(c) for c in chunk_devices(tainted(65))] == [64, 1]
     lists = [Device(f"l-{i}", {"resource.kubernetes.io/numaNode": (0, 1)}) for i in range(65)]
     assert [len(c) for c in chunk_devices(lists)] == [64, 1]
-    counters = [
-        Device(f"p-{i}", consumes_counters=(CounterConsumption("mem", {"gb": "1"}),)) for i in range(65)
-    ]
-    assert [len(c) for c in chunk_devices(counters)] == [64, 1]
 
 
 def test_an_advanced_device_closes_a_long_plain_chunk_instead_of_overfilling_it() -> None:
@@ -108,17 +104,6 @@ def test_decode_index_accepts_only_our_own_scheme() -> None:
     assert decode_index(f"00000-gpu.example.com-{NODE}-abcde", DRIVER, NODE) is None
     assert decode_index(f"00000-{DRIVER}-{NODE}-", DRIVER, NODE) is None  # no server suffix
     assert decode_index(f"0000-{DRIVER}-{NODE}-abcde", DRIVER, NODE) is None  # 4 digits
-
-
-def test_counter_sets_get_their_own_slices_first_and_at_most_eight_each() -> None:
-    sets = [CounterSet(f"set-{i}", {"memory": "80Gi"}) for i in range(9)]
-    devices = [Device("part-0", consumes_counters=(CounterConsumption("set-0", {"memory": "10Gi"}),))]
-    slices = build_slices(DRIVER, NODE, UID, devices, counter_sets=sets)
-    assert [len(s["spec"].get("sharedCounters", [])) for s in slices] == [8, 1, 0]
-    assert "devices" not in slices[0]["spec"] and "sharedCounters" not in slices[2]["spec"]
-    assert slices[2]["spec"]["devices"][0]["consumesCounters"] == [
-        {"counterSet": "set-0", "counters": {"memory": {"value": "10Gi"}}}
-    ]
 
 
 def test_invalid_devices_are_left_out_and_reported_the_rest_is_built() -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 from topodra.common.device import (
     Capacity,
-    CounterConsumption,
-    CounterSet,
     Device,
     RequestPolicy,
     Taint,
@@ -172,18 +170,3 @@ def test_taint_rules_and_the_1_34_limit() -> None:
     )
     many = Device("g", taints=tuple(Taint(f"example.com/t{i}") for i in range(17)))
     assert one(many)[1] == [("g", "too-many-taints", "", "dropped-device")]
-
-
-def test_counter_references_must_resolve_in_the_pool() -> None:
-    sets = [CounterSet("gpu-0-mem", {"memory": "80Gi", "sm": "132"}), CounterSet("Bad", {"x": "1"})]
-    good = Device("gpu-0-mig-a", consumes_counters=(CounterConsumption("gpu-0-mem", {"memory": "10Gi"}),))
-    unknown_set = Device("p1", consumes_counters=(CounterConsumption("nope", {"memory": "1"}),))
-    unknown_counter = Device("p2", consumes_counters=(CounterConsumption("gpu-0-mem", {"power": "1"}),))
-    result = validate([good, unknown_set, unknown_counter], sets)
-    assert [d.name for d in result.devices] == ["gpu-0-mig-a"]
-    assert [s.name for s in result.counter_sets] == ["gpu-0-mem"]
-    assert {(p.device, p.rule, p.field) for p in result.problems} == {
-        ("", "counter-set-name", "Bad"),
-        ("p1", "counter-set-unresolved", "nope"),
-        ("p2", "counter-unresolved", "gpu-0-mem"),
-    }
