@@ -6,8 +6,9 @@ subresource carrying the resourceVersion that was read: the API server refuses i
 someone wrote in between, and we read again and retry. A JSON merge patch would replace the
 whole list (other drivers' entries included); strategic merge cannot key a list on four fields.
 
-RBAC: `resourceclaims/status` `get`+`update`; on 1.36+ with granular status authorization also
-`resourceclaims/driver` `associated-node:update` for `resourceNames: [<driver>]`.
+RBAC: `resourceclaims` `get` and `resourceclaims/status` `update`; on 1.36+ with granular status
+authorization also `resourceclaims/driver` `associated-node:update` for `resourceNames:
+[<driver>]`.
 """
 
 from __future__ import annotations
