@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from topodra.common.cdi.edits import ContainerEdits
 from topodra.common.device import Device
+from topodra.common.kubeapi.errors import NotFound
 from topodra.common.runtime.claims import ClaimManager
-from topodra.common.runtime.claimsource import ClaimNotFound
 from topodra.common.runtime.driver import (
     AllocatedDevice,
     ClaimRef,
@@ -100,7 +100,7 @@ class MemorySource:
         try:
             return self.claims[(namespace, name)]
         except KeyError:
-            raise ClaimNotFound(name) from None
+            raise NotFound(f"GET ResourceClaim {namespace}/{name}", 404, "not found") from None
 
 
 @contextlib.contextmanager

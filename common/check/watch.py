@@ -60,7 +60,7 @@ def node_selector(node: str) -> str:
 
 def list_node_slices(api_client: Any, node: str) -> list[dict[str, Any]]:
     """Every ResourceSlice of `node`, all drivers, following `continue` pages."""
-    from topodra.common import kube
+    from topodra.common.kubeapi import rest
 
     items: list[dict[str, Any]] = []
     token = ""
@@ -68,7 +68,7 @@ def list_node_slices(api_client: Any, node: str) -> list[dict[str, Any]]:
         query = {"fieldSelector": node_selector(node), "limit": "500"}
         if token:
             query["continue"] = token
-        resp = kube.request(api_client, "GET", SLICES_PATH, query=query, timeout=30)
+        resp = rest.request(api_client, "GET", SLICES_PATH, query=query, timeout=30)
         if not resp.ok:
             raise RuntimeError(f"list resourceslices: HTTP {resp.status}: {resp.message()}")
         body = resp.json()
@@ -198,7 +198,7 @@ class Watcher:
         metrics_address: str = "",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        from topodra.common.publisher.api import KubeSliceApi
+        from topodra.common.kubeapi.slices import KubeSliceApi
 
         self.node = node
         self.sysfs_root = sysfs_root
@@ -320,7 +320,7 @@ class Watcher:
 
     def _watch(self, rv: str) -> str:
         """One watch request; returns the resourceVersion to continue from ("" to relist)."""
-        from topodra.common.publisher.api import ApiError
+        from topodra.common.kubeapi.errors import ApiError
 
         stream = self._api.watch_slices(node_selector(self.node), rv, WATCH_TIMEOUT)
         try:
@@ -382,11 +382,11 @@ class Watcher:
         self._last_digest = d
 
     def _post(self, body: Mapping[str, Any]) -> None:
-        from topodra.common import kube
+        from topodra.common.kubeapi import rest
 
         path = f"/api/v1/namespaces/{quote(EVENTS_NAMESPACE, safe='')}/events"
         try:
-            resp = kube.request(self._client, "POST", path, body=dict(body), timeout=20)
+            resp = rest.request(self._client, "POST", path, body=dict(body), timeout=20)
         except Exception as err:
             self._log.warning("event not written", error=f"{type(err).__name__}: {err}")
             return

@@ -27,8 +27,9 @@ from typing import Any
 
 from topodra.common import logs
 from topodra.common.device import Device
+from topodra.common.kubeapi.errors import ApiError
+from topodra.common.kubeapi.slices import KubeSliceApi, SliceApi, WatchStream
 from topodra.common.publisher import compare
-from topodra.common.publisher.api import ApiError, KubeSliceApi, SliceApi, WatchStream
 from topodra.common.publisher.backoff import Backoff
 from topodra.common.publisher.build import slice_specs
 from topodra.common.publisher.plan import Delete, SyncPlan, infer_dropped, plan_sync

@@ -28,9 +28,10 @@ from topodra.common import logs
 from topodra.common.cdi.spec import CdiWriter, SpecError
 from topodra.common.device import Device
 from topodra.common.inventory.compose import published
+from topodra.common.kubeapi.claims import ClaimSource
+from topodra.common.kubeapi.errors import ApiError, NotFound, Unusable
 from topodra.common.runtime import claimspec, metrics
 from topodra.common.runtime.checkpoint import Checkpoint, ClaimRecord, Loaded, LockTimeout, Phase
-from topodra.common.runtime.claimsource import ClaimNotFound, ClaimSource, ClaimSourceError, ClaimUnusable
 from topodra.common.runtime.driver import (
     AllocatedDevice,
     ClaimRef,
@@ -492,11 +493,11 @@ class ClaimManager:
                 obj = self._source.get(claim.namespace, claim.name)
             if isinstance(obj, BaseException):
                 raise obj
-        except ClaimNotFound as e:
+        except NotFound as e:
             raise ClaimFailure(f"{_label(claim)}: not found in the API server") from e
-        except ClaimUnusable as e:
+        except Unusable as e:
             raise ClaimFailure(f"{_label(claim)}: refusing the API server's answer: {e}") from e
-        except ClaimSourceError as e:
+        except ApiError as e:
             raise ClaimFailure(
                 f"{_label(claim)}: cannot read it from the API server, retry later: {e}"
             ) from e
@@ -758,10 +759,10 @@ class ClaimManager:
             report.contacted = True
             try:
                 answers.append((rec, self._reconcile_read(rec)))
-            except ClaimUnusable as e:
+            except Unusable as e:
                 self._log.warning(f"reconcile: keeping {_label(rec.claim)}: {e}", **logs.claim(rec.claim))
                 report.kept.append(rec.claim.uid)
-            except ClaimSourceError as e:
+            except ApiError as e:
                 self._log.warning(
                     f"reconcile: API server unreachable, keeping every claim: {e}", error=str(e)
                 )
@@ -823,13 +824,13 @@ class ClaimManager:
         ns, name = rec.claim.namespace, rec.claim.name
         try:
             obj: Mapping[str, Any] | None = self._source.get(ns, name, cached=True)
-        except ClaimNotFound:
+        except NotFound:
             obj = None
         if obj is not None and not self._stale_reason(rec, obj):
             return obj
         try:
             return self._source.get(ns, name)
-        except ClaimNotFound:
+        except NotFound:
             return None
 
     def _stale_reason(self, rec: ClaimRecord, obj: Mapping[str, Any]) -> str:

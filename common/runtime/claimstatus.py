@@ -1,4 +1,4 @@
-"""Writing a driver's `ResourceClaim.status.devices[]` entries (facts §5.3).
+"""Writing a driver's `ResourceClaim.status.devices[]` entries.
 
 Several drivers may write entries into one claim (a claim can hold a CPU, an accelerator and a
 NIC), so each write is read-modify-write of our entries only, sent as an update of the status
@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from topodra.common import kube, logs
-from topodra.common.runtime.claimsource import claim_path
+from topodra.common import logs
+from topodra.common.kubeapi.claims import ClaimStatusApi
+from topodra.common.kubeapi.errors import ApiError, Conflict, NotFound
 from topodra.common.runtime.driver import AllocatedDeviceStatus, ClaimRef, ClaimStatusError
 
 _log = logs.get("topodra.runtime.claimstatus")
@@ -119,7 +120,7 @@ def _same(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> boo
 
 
 class KubeClaimStatusWriter:
-    """`ClaimStatusWriter` over the official client's ApiClient (raw JSON calls, topodra.common.kube)."""
+    """`ClaimStatusWriter` over the API (kubeapi.claims: a GET and a PUT of the status)."""
 
     def __init__(
         self,
@@ -131,10 +132,9 @@ class KubeClaimStatusWriter:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self._api = api_client
+        self._api = ClaimStatusApi(api_client, timeout)
         self.driver = driver
         self._retries = retries
-        self._timeout = timeout
         self._clock = clock
         self._sleep = sleep
         self._log = _log.bind(driver=driver)
@@ -145,61 +145,49 @@ class KubeClaimStatusWriter:
     def remove_devices(self, claim: ClaimRef, keys: Sequence[Key]) -> None:
         self._update(claim, (), keys)
 
-    def _read(self, claim: ClaimRef) -> kube.Response:
-        """GET the claim as JSON (the read of read-modify-write)."""
-        return kube.request(self._api, "GET", claim_path(claim.namespace, claim.name), timeout=self._timeout)
-
     def _update(
         self, claim: ClaimRef, updates: Sequence[AllocatedDeviceStatus], removals: Sequence[Key]
     ) -> None:
         label = f"ResourceClaim {claim.namespace}/{claim.name} (uid {claim.uid})"
         removing_only = not updates
-        path = claim_path(claim.namespace, claim.name)
         for attempt in range(self._retries):
             try:
-                got = self._read(claim)
-            except Exception as e:
-                raise ClaimStatusError(f"GET {label}: {type(e).__name__}: {e}") from e
-            if got.status == 404 and removing_only:
-                return
-            if not got.ok:
-                raise ClaimStatusError(f"GET {label}: HTTP {got.status} {got.reason}".rstrip())
-            try:
-                obj: Any = got.json()
-            except ValueError as e:
-                raise ClaimStatusError(f"GET {label}: answer is not JSON: {e}") from e
+                obj = self._api.read(claim.namespace, claim.name)
+            except NotFound:
+                if removing_only:
+                    return
+                raise ClaimStatusError(f"GET {label}: not found") from None
+            except ApiError as e:
+                raise ClaimStatusError(f"GET {label}: {e}") from e
             meta = obj.get("metadata") or {}
             if meta.get("uid") != claim.uid:
                 if removing_only:
                     return
                 raise ClaimStatusError(f"{label}: replaced, the API server has uid {meta.get('uid')!r}")
             status = obj.get("status") or {}
-            current = status.get("devices") or []
+            current: Sequence[Mapping[str, Any]] = status.get("devices") or []
             new = merge(
                 current, self.driver, updates, removals, rfc3339(self._clock()), meta.get("generation")
             )
             if _same(current, new):
                 return
-            body = copy.deepcopy(obj)
+            body: dict[str, Any] = copy.deepcopy(dict(obj))
             body.setdefault("status", {})
             if new:
                 body["status"]["devices"] = new
             else:
                 body["status"].pop("devices", None)
             try:
-                put = kube.request(self._api, "PUT", f"{path}/status", body=body, timeout=self._timeout)
-            except Exception as e:
-                raise ClaimStatusError(f"update status of {label}: {type(e).__name__}: {e}") from e
-            if put.status == 409:
+                self._api.replace_status(claim.namespace, claim.name, body)
+            except Conflict:
                 self._sleep(min(0.05 * 2**attempt, 1.0))
                 continue  # someone wrote in between: read again
-            if put.status == 404 and removing_only:
-                return
-            if not put.ok:
-                detail = put.data.decode("utf-8", "replace")[:500]
-                raise ClaimStatusError(
-                    f"update status of {label}: HTTP {put.status} {put.reason} {detail}".strip()
-                )
+            except NotFound:
+                if removing_only:
+                    return
+                raise ClaimStatusError(f"update status of {label}: not found") from None
+            except ApiError as e:
+                raise ClaimStatusError(f"update status of {label}: {e}") from e
             self._log.info(
                 f"wrote status.devices of {label}",
                 claim_namespace=claim.namespace,

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from topodra.common import logs
 from topodra.common.inventory import Inventory
+from topodra.common.kubeapi.claims import ClaimSource
 from topodra.common.runtime.claims import ClaimManager
-from topodra.common.runtime.claimsource import ClaimSource
 from topodra.common.runtime.driver import Driver
 from topodra.common.runtime.plugin import Plugin, PluginOptions, PluginStatus, Publisher, plugin_dir
 

@@ -117,9 +117,9 @@ def _read(path: str, kind: str, flag: str) -> list[dict[str, Any]]:
 
 
 def _api_get(client: Any, path: str) -> Any:
-    from topodra.common import kube
+    from topodra.common.kubeapi import rest
 
-    resp = kube.request(client, "GET", path, timeout=30)
+    resp = rest.request(client, "GET", path, timeout=30)
     if not resp.ok:
         raise ValueError(f"GET {path}: HTTP {resp.status}: {resp.message()}")
     return resp.json()

@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from topodra.common import kube, logs
+from topodra.common import logs
+from topodra.common.kubeapi import loader
+from topodra.common.kubeapi.claims import KubeClaimSource
 from topodra.common.publisher.publisher import SlicePublisher
 from topodra.common.runtime import capabilities
-from topodra.common.runtime.claimsource import KubeClaimSource
 from topodra.common.runtime.claimstatus import KubeClaimStatusWriter
 from topodra.common.runtime.observability import Observability
 from topodra.common.runtime.plugin import PluginOptions, serve_all
@@ -147,7 +148,7 @@ def _api_client(kubeconfig: str | None) -> Any:
     if kubeconfig and (problem := kubeconfig_problem(kubeconfig)) is not None:
         raise ValueError(problem)
     try:
-        return kube.new_api_client(kubeconfig)
+        return loader.new_api_client(kubeconfig)
     except Exception as e:
         if not _config_problem(e):
             raise
@@ -157,7 +158,7 @@ def _api_client(kubeconfig: str | None) -> Any:
 
 def _config_problem(e: Exception) -> bool:
     """Errors of reading or using a kubeconfig / the service account. The kubernetes package is
-    imported only now (kube.load() keeps its kubeconfig half out of an in-cluster driver), and
+    imported only now (loader.load() keeps its kubeconfig half out of an in-cluster driver), and
     yaml only if a kubeconfig was read."""
     from kubernetes.config.config_exception import ConfigException
 

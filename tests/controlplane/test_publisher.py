@@ -18,7 +18,7 @@ import kubernetes.client as k8s
 import kubernetes_validate
 import pytest
 from topodra.common.device import Capacity, Device, RequestPolicy, Taint
-from topodra.common.publisher.api import KubeSliceApi, WatchStream
+from topodra.common.kubeapi.slices import KubeSliceApi, WatchStream
 from topodra.common.publisher.publisher import SlicePublisher
 
 from tests.controlplane.cluster import ControlPlane, unique_name

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from topodra.common.device import Capacity, Device, RequestPolicy, Taint
-from topodra.common.publisher.api import KubeSliceApi
+from topodra.common.kubeapi.slices import KubeSliceApi
 from topodra.common.publisher.publisher import SlicePublisher
 
 from tests.controlplane.cluster import ControlPlane, running_control_plane

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from topodra.common.inventory import DevicesTo, Inventory
 from topodra.common.inventory.triggers import open_monitor
-from topodra.common.publisher.api import KubeSliceApi
+from topodra.common.kubeapi.slices import KubeSliceApi
 from topodra.common.publisher.publisher import SlicePublisher
 from topodra.drivers.accelerator.driver import AcceleratorDriver
 from topodra.drivers.accelerator.options import AcceleratorOptions

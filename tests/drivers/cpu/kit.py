@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from topodra.common.runtime.claimsource import ClaimNotFound
+from topodra.common.kubeapi.errors import NotFound
 from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, OpaqueConfig
 from topodra.drivers.cpu import devices as layout
 
@@ -118,7 +118,7 @@ class ClaimStore:
         try:
             return copy.deepcopy(self._claims[(namespace, name)])
         except KeyError:
-            raise ClaimNotFound(f"ResourceClaim {namespace}/{name} not found") from None
+            raise NotFound(f"GET ResourceClaim {namespace}/{name}", 404, "not found") from None
 
 
 def expand(text: str) -> tuple[int, ...]:

@@ -17,11 +17,11 @@ from typing import Any
 import kubernetes.client as k8s
 import pytest
 from topodra.common.cdi.spec import CdiWriter
-from topodra.common.publisher.api import KubeSliceApi
+from topodra.common.kubeapi.claims import KubeClaimSource
+from topodra.common.kubeapi.slices import KubeSliceApi
 from topodra.common.publisher.publisher import SlicePublisher
 from topodra.common.runtime.checkpoint import Checkpoint
 from topodra.common.runtime.claims import ClaimManager, cdi_kind
-from topodra.common.runtime.claimsource import KubeClaimSource
 from topodra.common.runtime.driver import ClaimRef
 from topodra.common.topology import discover
 from topodra.drivers.cpu import devices as layout

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 from topodra.common.cdi.spec import CdiWriter
+from topodra.common.kubeapi.claims import KubeClaimSource
 from topodra.common.runtime.checkpoint import Checkpoint
 from topodra.common.runtime.claims import ClaimManager, cdi_kind
-from topodra.common.runtime.claimsource import KubeClaimSource
 from topodra.common.runtime.claimstatus import KubeClaimStatusWriter
 from topodra.common.runtime.driver import Health
 from topodra.common.runtime.statusqueue import QueuedStatusWriter

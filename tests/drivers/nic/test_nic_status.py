@@ -140,11 +140,11 @@ def test_a_concurrent_write_is_retried_and_both_entries_survive(kube: tuple[Any,
     ref = allocated_claim(admin, ns, node, [(DRIVER, "pci-0000-3b-00-0"), ("gpu.example.com", "gpu-0")])
     writer = KubeClaimStatusWriter(cp.driver_client("nic", node), DRIVER)
     objs = client.CustomObjectsApi(admin)
-    real_read = writer._read
+    real_read = writer._api.read
     interfered: list[str] = []
 
-    def get_then_someone_else_writes(claim: Any) -> Any:
-        obj = real_read(claim)
+    def get_then_someone_else_writes(namespace: str, name: str) -> Any:
+        obj = real_read(namespace, name)
         if not interfered:
             cur: Any = objs.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, ref.name)
             cur["status"]["devices"] = [{"driver": "gpu.example.com", "pool": node, "device": "gpu-0"}]
@@ -152,7 +152,7 @@ def test_a_concurrent_write_is_retried_and_both_entries_survive(kube: tuple[Any,
             interfered.append(cur["metadata"]["resourceVersion"])
         return obj
 
-    writer._read = get_then_someone_else_writes
+    writer._api.read = get_then_someone_else_writes  # type: ignore[method-assign]
     writer.set_devices(ref, [AllocatedDeviceStatus(node, "pci-0000-3b-00-0", conditions=ready())])
     assert interfered
     got = status_devices(admin, ref)

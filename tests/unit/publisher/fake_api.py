@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from topodra.common.publisher.api import ApiError
+from topodra.common.kubeapi.errors import ApiError
 
 Fault = Callable[[str, Mapping[str, Any] | None], ApiError | None]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from topodra.common.device import Device, Taint
-from topodra.common.publisher.api import ApiError
+from topodra.common.kubeapi.errors import ApiError
 from topodra.common.publisher.publisher import SlicePublisher
 
 from tests.unit.publisher.fake_api import FakeSliceApi, fail_once, network_down

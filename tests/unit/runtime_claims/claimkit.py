@@ -25,7 +25,7 @@ from typing import Any
 
 from topodra.common.cdi.edits import ContainerEdits, DeviceNode
 from topodra.common.device import Device
-from topodra.common.runtime.claimsource import ClaimNotFound, ClaimSourceError
+from topodra.common.kubeapi.errors import ApiError, NotFound
 from topodra.common.runtime.config import read_typed
 from topodra.common.runtime.driver import (
     AllocatedDevice,
@@ -155,11 +155,11 @@ class MemoryClaimStore:
         self.gets += 1
         self.cached_gets += cached
         if self.down:
-            raise ClaimSourceError(f"GET ResourceClaim {namespace}/{name}: connection refused")
+            raise ApiError(f"GET ResourceClaim {namespace}/{name}", None, "connection refused")
         try:
             return copy.deepcopy(self._claims[(namespace, name)])
         except KeyError:
-            raise ClaimNotFound(f"ResourceClaim {namespace}/{name} not found") from None
+            raise NotFound(f"GET ResourceClaim {namespace}/{name}", 404, "not found") from None
 
     @property
     def source(self) -> MemoryClaimStore:
@@ -172,7 +172,7 @@ class KubeClaimStore:
 
     def __init__(self, api_client: Any) -> None:
         from kubernetes import client
-        from topodra.common.runtime.claimsource import KubeClaimSource
+        from topodra.common.kubeapi.claims import KubeClaimSource
 
         self._api = client.CustomObjectsApi(api_client)
         self.source = KubeClaimSource(api_client)
@@ -236,7 +236,7 @@ class FileClaimStore:
     def get(self, namespace: str, name: str, *, cached: bool = False) -> dict[str, Any]:
         obj = self._load().get(f"{namespace}/{name}")
         if obj is None:
-            raise ClaimNotFound(f"ResourceClaim {namespace}/{name} not found")
+            raise NotFound(f"GET ResourceClaim {namespace}/{name}", 404, "not found")
         return dict(obj)
 
 

@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 import pytest
 from kubernetes import client
 from topodra.common.cdi.spec import CdiWriter
+from topodra.common.kubeapi.claims import KubeClaimSource
 from topodra.common.runtime.checkpoint import Checkpoint
 from topodra.common.runtime.claims import ClaimManager, cdi_kind
-from topodra.common.runtime.claimsource import KubeClaimSource
 from topodra.common.runtime.driver import ClaimRef
 
 from tests.unit.runtime_claims.claimkit import (

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from topodra.common.runtime.claimsource import ClaimNotFound, ClaimSourceError, KubeClaimSource
+from topodra.common.kubeapi.claims import KubeClaimSource
+from topodra.common.kubeapi.errors import ApiError, NotFound
 from topodra.common.runtime.config import ConfigError, Params, applies_to, read_typed
 from topodra.common.runtime.driver import ClaimRef, OpaqueConfig, PrepareError
 
@@ -160,15 +161,15 @@ def test_kube_source_gets_the_claim_as_a_dict(api: FakeApiServer) -> None:
 
 
 def test_kube_source_maps_errors(api: FakeApiServer) -> None:
-    with pytest.raises(ClaimNotFound, match="ns1/none"):
+    with pytest.raises(NotFound, match="ns1/none"):
         api.source().get("ns1", "none")
     api.status_override = 503
-    with pytest.raises(ClaimSourceError, match="HTTP 503"):
+    with pytest.raises(ApiError, match="ns1/none: 503"):
         api.source().get("ns1", "none")
     api.status_override = 403
-    with pytest.raises(ClaimSourceError, match="HTTP 403"):
+    with pytest.raises(ApiError, match="ns1/none: 403"):
         api.source().get("ns1", "none")
-    with pytest.raises(ClaimSourceError, match="ns1/x"):
+    with pytest.raises(ApiError, match="ns1/x"):
         api.source(f"http://127.0.0.1:{free_port()}").get("ns1", "x")
 
 

@@ -18,11 +18,11 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from kubernetes import client
-from topodra.common import kube
 from topodra.common.cdi.spec import CdiWriter
+from topodra.common.kubeapi import rest
+from topodra.common.kubeapi.claims import KubeClaimSource
 from topodra.common.runtime.checkpoint import Checkpoint
 from topodra.common.runtime.claims import ClaimManager, cdi_kind
-from topodra.common.runtime.claimsource import KubeClaimSource
 from topodra.common.runtime.driver import ClaimRef
 
 from tests.unit.runtime_claims.claimkit import DRIVER, NODE, HoldDriver, KubeClaimStore, Result, claim_object
@@ -70,7 +70,7 @@ class _Handler(BaseHTTPRequestHandler):
         path = url.path
         if mode == "unserved":
             path = path.replace("/resource.k8s.io/v1/", "/resource.k8s.io/v1alpha9/")
-        got = kube.request(self.server.api, "GET", path, query=query, timeout=10)
+        got = rest.request(self.server.api, "GET", path, query=query, timeout=10)
         self._answer(got.status, got.headers.get("Content-Type", "application/json"), got.data)
 
     def _answer(self, status: int, content_type: str, body: bytes) -> None:

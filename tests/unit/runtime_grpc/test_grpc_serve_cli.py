@@ -117,7 +117,7 @@ def test_an_unreachable_api_server_is_logged_by_our_retry_layer_only(tmp_path: P
     (recovered,) = [x for x in lines if x["msg"] == "claims recovered"]
     assert recovered["api_reachable"] is None  # nothing was asked, so nothing is claimed
 
-    from topodra.common import kube
+    from topodra.common.kubeapi import loader, rest
 
-    assert kube.new_api_client(str(kubeconfig)).configuration.retries == 0
+    assert loader.new_api_client(str(kubeconfig)).configuration.retries == 0
     shutil.rmtree(kubelet, ignore_errors=True)

@@ -6,7 +6,7 @@ wrapper) one GET cost the driver about 1 ms of CPU on the benchmark machine; ove
 `http.client` connection about half, and the latency dropped with it.
 
 Everything that decides *how* to talk to the API server still comes from the official client's
-`Configuration`, loaded as before by `kube.new_api_client` (in-cluster or kubeconfig): the host,
+`Configuration`, loaded as before by `loader.new_api_client` (in-cluster or kubeconfig): the host,
 the CA (file or data), the verify flag, the client certificate, and the credentials through
 `Configuration.auth_settings()`, which runs the configuration's refresh hook (the kubelet
 rotates the projected in-cluster token; kubeconfig exec plugins refresh theirs).
@@ -18,7 +18,7 @@ asks again at once and retries, so a token that expired within that second costs
 round trip, not an error.
 Settings this module does not reproduce exactly (a proxy, a TLS server name or a hostname to
 assert other than the host's) make `for_configuration` answer None, and callers keep using
-`kube.request`.
+`rest.request`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from topodra.common.kube import CONNECTION_POOL_SIZE, Response
+from topodra.common.kubeapi.loader import CONNECTION_POOL_SIZE
+from topodra.common.kubeapi.rest import Response
 
 # A kept-alive connection the server closed meanwhile fails the next request before any answer;
 # a GET is idempotent, so it is sent once more on a fresh connection.

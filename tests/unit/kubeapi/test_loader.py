@@ -1,4 +1,4 @@
-"""topodra.common.kube: the official client loaded without the rest of the `kubernetes` package.
+"""topodra.common.kubeapi.loader: the official client loaded without the rest of the `kubernetes` package.
 
 Every check runs in a fresh interpreter (the test process has long imported the full package),
 and compares the deferred packages with the real ones imported the ordinary way.
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import certifi
-from topodra.common import kube
+from topodra.common.kubeapi import loader
 
 from tests.conftest import REPO
 
@@ -79,8 +79,8 @@ print(json.dumps(out))
         DESCRIBE
         + f"""
 import importlib
-from topodra.common import kube
-kube.load()
+from topodra.common.kubeapi import loader, rest
+loader.load()
 import kubernetes.client.rest  # imports kubernetes.utils.retry: the usual partial state
 names = {json.dumps(names)}
 out = {{}}
@@ -99,8 +99,8 @@ def test_importing_a_shadowed_submodule_still_gives_the_real_binding() -> None:
     got = run_python(
         """
 import inspect, json, sys
-from topodra.common import kube
-kube.load()
+from topodra.common.kubeapi import loader, rest
+loader.load()
 import kubernetes.client.rest
 before = type(sys.modules["kubernetes.utils"]).__name__
 import kubernetes.utils.create_from_yaml
@@ -116,9 +116,9 @@ def test_already_imported_package_is_left_alone() -> None:
         """
 import json, sys
 import kubernetes
-from topodra.common import kube
-kube.load()
-print(json.dumps([type(sys.modules[n]).__name__ for n in kube.DEFERRED_PACKAGES]))
+from topodra.common.kubeapi import loader, rest
+loader.load()
+print(json.dumps([type(sys.modules[n]).__name__ for n in loader.DEFERRED_PACKAGES]))
 """
     )
     assert got == ["module", "module", "module"]
@@ -145,16 +145,16 @@ def test_a_driver_process_loads_only_what_it_uses(tmp_path: Path) -> None:
     in_cluster = run_python(
         f"""
 import json, sys
-from topodra.common import kube
-client = kube.load()
+from topodra.common.kubeapi import loader, rest
+client = loader.load()
 from kubernetes.config.incluster_config import InClusterConfigLoader
 cfg = client.Configuration()
 env = {{"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "1"}}
 InClusterConfigLoader("{token}", "{ca}", environ=env).load_and_set(cfg)
 api = client.ApiClient(cfg)
-watch = kube.new_watch()
+watch = rest.new_watch()
 try:
-    kube.request(api, "GET", "/version", timeout=2)
+    rest.request(api, "GET", "/version", timeout=2)
 except Exception as e:
     failure = type(e).__name__
 print(json.dumps([failure, [m for m in {probe} if m in sys.modules]]))
@@ -164,14 +164,14 @@ print(json.dumps([failure, [m for m in {probe} if m in sys.modules]]))
     with_kubeconfig = run_python(
         f"""
 import json, sys
-from topodra.common import kube
-api = kube.new_api_client("{kubeconfig}")
-kube.new_watch()
+from topodra.common.kubeapi import loader, rest
+api = loader.new_api_client("{kubeconfig}")
+rest.new_watch()
 print(json.dumps([api.configuration.host, api.configuration.connection_pool_maxsize,
                   [m for m in {probe} if m in sys.modules]]))
 """
     )
-    assert with_kubeconfig == ["https://127.0.0.1:1", kube.CONNECTION_POOL_SIZE, list(KUBECONFIG_ONLY)]
+    assert with_kubeconfig == ["https://127.0.0.1:1", loader.CONNECTION_POOL_SIZE, list(KUBECONFIG_ONLY)]
 
 
 def test_the_serve_command_imports_no_test_or_unused_client_code() -> None:
@@ -184,15 +184,15 @@ import json, sys
 from topodra.drivers.cli import main
 main.build_parser("serve")
 import topodra.drivers.cli.serve, topodra.common.runtime.service, topodra.common.runtime.observability
-import topodra.common.runtime.claimsource, topodra.common.runtime.claimstatus
-import topodra.common.publisher.publisher, topodra.common.publisher.api
+import topodra.common.kubeapi.claims, topodra.common.runtime.claimstatus
+import topodra.common.publisher.publisher, topodra.common.kubeapi.slices
 from topodra.drivers import registry
 import importlib
 for kind, package in registry.KINDS.items():
     registry.module(kind)
     importlib.import_module(package + ".driver")
-from topodra.common import kube
-kube.load()
+from topodra.common.kubeapi import loader, rest
+loader.load()
 print(json.dumps([m for m in {probe} if m in sys.modules]))
 """
     )

@@ -1,9 +1,9 @@
-"""The publisher's only contact with the API server, over the official `kubernetes` client.
+"""ResourceSlices (and the Node they belong to): the publisher's contact with the API server.
 
 Objects travel as plain JSON dicts (the client's `ApiClient` does transport, auth and TLS; we do
 not round-trip through its generated models) so that what we compare and send is byte for byte
 what the server returns and stores, including fields newer than the client's models. Every
-failure becomes an `ApiError` with the HTTP status (None for a network failure) and any
+failure becomes an `errors.ApiError` with the HTTP status (None for a network failure) and any
 `Retry-After`, which is all the retry logic needs.
 """
 
@@ -16,21 +16,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from topodra.common.kubeapi import rest
+from topodra.common.kubeapi.errors import ApiError, NotFound
+
 SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
-
-
-class ApiError(Exception):
-    def __init__(self, verb: str, status: int | None, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(f"{verb}: {status or 'network error'}: {reason}")
-        self.verb = verb
-        self.status = status
-        self.reason = reason
-        self.retry_after = retry_after
-
-    @property
-    def code(self) -> str:
-        """Metric label: the HTTP status, or "network"."""
-        return str(self.status) if self.status is not None else "network"
 
 
 class WatchStream(Protocol):
@@ -89,10 +78,8 @@ class KubeSliceApi:
         preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions}
         try:
-            self._call("delete", "DELETE", f"{SLICES_PATH}/{quote(name, safe='')}", body=body)
-        except ApiError as err:
-            if err.status != 404:
-                raise
+            self._call("delete", "DELETE", f"{SLICES_PATH}/{quote(name, safe='')}", body=body, named=name)
+        except NotFound:
             return  # already gone: the goal of a delete
         self._count("delete")
 
@@ -108,24 +95,23 @@ class KubeSliceApi:
         *,
         body: Mapping[str, Any] | None = None,
         query: Mapping[str, str] | None = None,
+        named: str | None = None,
     ) -> dict[str, Any]:
-        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        """One call; `named`: the slice the call is about (a NotFound naming it is `NotFound`)."""
         try:
-            params = self._client.param_serialize(
-                method=method,
-                resource_path=path,
-                query_params=list((query or {}).items()),
-                header_params=headers,
+            resp = rest.request(
+                self._client,
+                method,
+                path,
+                query=query,
                 body=dict(body) if body is not None else None,
-                auth_settings=["BearerToken"],
+                timeout=self._timeout,
             )
-            response = self._client.call_api(*params, _request_timeout=self._timeout)
-            data = response.read()
         except Exception as err:
-            raise _as_api_error(verb, err) from err
-        if not 200 <= response.status <= 299:
-            raise ApiError(verb, response.status, _status_message(data), _retry_after(response.headers))
-        result: dict[str, Any] = json.loads(data) if data else {}
+            raise rest.as_api_error(verb, err) from err
+        if not resp.ok:
+            raise rest.error_for(verb, resp, ("resourceslices", named, "resource.k8s.io") if named else None)
+        result: dict[str, Any] = json.loads(resp.data) if resp.data else {}
         return result
 
 
@@ -137,8 +123,6 @@ class _KubeWatch:
     """
 
     def __init__(self, client: Any, field_selector: str, resource_version: str, timeout_seconds: int) -> None:
-        from topodra.common import kube
-
         # a raw GET, not ResourceV1Api.list_resource_slice: the generated API class imports ~60
         # model classes and builds validators for all its methods (~5 MiB of a driver's RSS)
         def list_resource_slice(**kwargs):  # type: ignore[no-untyped-def]
@@ -149,10 +133,10 @@ class _KubeWatch:
                 "allowWatchBookmarks": "true" if kwargs.get("allow_watch_bookmarks") else "false",
                 "watch": "true" if kwargs.get("watch") else "false",
             }
-            return kube.open_stream(client, SLICES_PATH, query=query, timeout=kwargs.get("_request_timeout"))
+            return rest.open_stream(client, SLICES_PATH, query=query, timeout=kwargs.get("_request_timeout"))
 
         self._func = list_resource_slice
-        self._watch = kube.new_watch()
+        self._watch = rest.new_watch()
         self._kwargs: dict[str, Any] = {
             "field_selector": field_selector,
             "resource_version": resource_version,
@@ -168,38 +152,7 @@ class _KubeWatch:
         except ApiError:
             raise
         except Exception as err:
-            raise _as_api_error("watch", err) from err
+            raise rest.as_api_error("watch", err) from err
 
     def stop(self) -> None:
         self._watch.stop()
-
-
-def _as_api_error(verb: str, err: BaseException) -> ApiError:
-    status = getattr(err, "status", None)
-    if isinstance(status, int) and status > 0:
-        headers = getattr(err, "headers", None) or {}
-        body = getattr(err, "body", None)
-        return ApiError(verb, status, _status_message(body) or str(err), _retry_after(headers))
-    return ApiError(verb, None, f"{type(err).__name__}: {err}")
-
-
-def _status_message(data: Any) -> str:
-    if isinstance(data, bytes):
-        data = data.decode("utf-8", "replace")
-    if not data:
-        return ""
-    try:
-        status = json.loads(data)
-    except (TypeError, ValueError):
-        return str(data)[:500]
-    if isinstance(status, dict):
-        return str(status.get("message") or status.get("reason") or data)[:2000]
-    return str(data)[:500]
-
-
-def _retry_after(headers: Any) -> float | None:
-    try:
-        value = headers.get("Retry-After") if headers else None
-        return float(value) if value is not None else None
-    except (TypeError, ValueError, AttributeError):
-        return None

@@ -1,4 +1,4 @@
-"""topodra.common.kubehttp: the claim GET over kept-alive standard-library connections.
+"""topodra.common.kubeapi.keepalive: the claim GET over kept-alive standard-library connections.
 
 Transport behaviour (keep-alive, a connection the server closed, headers, errors) is checked
 against a small HTTP/1.1 server on loopback that records what it is sent; TLS, client
@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from topodra.common import kube, kubehttp
-from topodra.common.runtime.claimsource import ClaimNotFound, ClaimSourceError, KubeClaimSource, claim_path
+from topodra.common.kubeapi import keepalive, rest
+from topodra.common.kubeapi.claims import KubeClaimSource, claim_path
+from topodra.common.kubeapi.errors import ApiError, NotFound
 
 
 class Recorder(ThreadingHTTPServer):
@@ -84,7 +85,7 @@ def configuration(host: str, token: str | None = None) -> Any:
 
 
 def test_answers_reuse_one_connection_and_carry_the_token(server: Recorder) -> None:
-    getter = kubehttp.Getter(configuration(server.url, token="abc"))
+    getter = keepalive.Getter(configuration(server.url, token="abc"))
     first = getter.get("/apis/x/one", timeout=5)
     second = getter.get("/apis/x/two", timeout=5)
     assert (first.status, first.json()) == (200, {"path": "/apis/x/one", "status": 200})
@@ -96,14 +97,14 @@ def test_answers_reuse_one_connection_and_carry_the_token(server: Recorder) -> N
 
 
 def test_http_errors_are_answers(server: Recorder) -> None:
-    resp = kubehttp.Getter(configuration(server.url)).get("/apis/x/missing", timeout=5)
+    resp = keepalive.Getter(configuration(server.url)).get("/apis/x/missing", timeout=5)
     assert (resp.status, resp.ok) == (404, False)
     assert "authorization" not in server.requests[0]["headers"]
 
 
 def test_a_connection_the_server_closed_is_replaced_transparently(server: Recorder) -> None:
     server.close_after_each = True
-    getter = kubehttp.Getter(configuration(server.url))
+    getter = keepalive.Getter(configuration(server.url))
     answers = [getter.get(f"/apis/x/{i}", timeout=5).json()["path"] for i in range(4)]
     assert answers == [f"/apis/x/{i}" for i in range(4)]
     ports = [r["port"] for r in server.requests]
@@ -124,16 +125,16 @@ def test_credentials_are_asked_for_once_a_second_and_again_after_a_401(
         c.api_key["BearerToken"] = next(tokens)
 
     cfg.refresh_api_key_hook = refresh
-    getter = kubehttp.Getter(cfg)
+    getter = keepalive.Getter(cfg)
     getter.get("/a", timeout=5)
     getter.get("/b", timeout=5)
     assert len(asked) == 1, "asked again within the second"
-    monkeypatch.setattr(kubehttp, "AUTH_MAX_AGE", 0.0)
+    monkeypatch.setattr(keepalive, "AUTH_MAX_AGE", 0.0)
     getter.get("/c", timeout=5)
     sent = [r["headers"]["authorization"] for r in server.requests]
     assert sent == ["Bearer second", "Bearer second", "Bearer third"]
 
-    monkeypatch.setattr(kubehttp, "AUTH_MAX_AGE", 3600.0)
+    monkeypatch.setattr(keepalive, "AUTH_MAX_AGE", 3600.0)
     server.refuse = "Bearer third"  # rotated away: the server answers 401 to it
     resp = getter.get("/d", timeout=5)
     assert (resp.status, resp.json()["path"]) == (200, "/d")
@@ -141,12 +142,12 @@ def test_credentials_are_asked_for_once_a_second_and_again_after_a_401(
 
 
 def test_a_path_prefix_in_the_server_url_is_kept(server: Recorder) -> None:
-    getter = kubehttp.Getter(configuration(server.url + "/k8s/"))
+    getter = keepalive.Getter(configuration(server.url + "/k8s/"))
     assert getter.get("/api/v1/nodes", timeout=5).json()["path"] == "/k8s/api/v1/nodes"
 
 
 def test_concurrent_gets_keep_at_most_pool_size_idle_connections(server: Recorder) -> None:
-    getter = kubehttp.Getter(configuration(server.url), pool_size=4)
+    getter = keepalive.Getter(configuration(server.url), pool_size=4)
     barrier = threading.Barrier(16)
     paths: list[str] = []
 
@@ -168,7 +169,7 @@ def test_unreachable_server_raises() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens once closed
     with pytest.raises(OSError):
-        kubehttp.Getter(configuration(f"http://127.0.0.1:{port}")).get("/x", timeout=2)
+        keepalive.Getter(configuration(f"http://127.0.0.1:{port}")).get("/x", timeout=2)
 
 
 def test_unreachable_api_is_a_claim_source_error() -> None:
@@ -176,7 +177,7 @@ def test_unreachable_api_is_a_claim_source_error() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     source = KubeClaimSource(client.ApiClient(configuration(f"https://127.0.0.1:{port}")), timeout=2)
-    with pytest.raises(ClaimSourceError, match="GET ResourceClaim ns/c"):
+    with pytest.raises(ApiError, match="GET ResourceClaim ns/c"):
         source.get("ns", "c")
 
 
@@ -188,8 +189,8 @@ def test_settings_only_the_official_client_handles_keep_it(setting: dict[str, st
     cfg = configuration("https://127.0.0.1:6443")
     for key, value in setting.items():
         setattr(cfg, key, value)
-    assert kubehttp.for_configuration(cfg) is None
-    assert kubehttp.for_configuration(configuration("https://127.0.0.1:6443")) is not None
+    assert keepalive.for_configuration(cfg) is None
+    assert keepalive.for_configuration(configuration("https://127.0.0.1:6443")) is not None
 
 
 # --- against the real kube-apiserver ----------------------------------------------------------
@@ -211,7 +212,7 @@ def claim_in_api(request: pytest.FixtureRequest) -> Iterator[tuple[Any, str, str
         "metadata": {"name": "c1"},
         "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "x"}}]}},
     }
-    kube.request(api, "POST", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", body=body)
+    rest.request(api, "POST", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", body=body)
     yield cp, ns, "c1"
     client.CoreV1Api(api).delete_namespace(ns)
 
@@ -230,10 +231,10 @@ def test_the_claim_equals_the_official_clients_answer(
         api = cp.api_client()
     source = KubeClaimSource(api, timeout=10)
     assert source._getter is not None, "the claim GET must take the kept-alive path here"
-    official = kube.request(api, "GET", claim_path(ns, name)).json()
+    official = rest.request(api, "GET", claim_path(ns, name)).json()
     assert source.get(ns, name) == official
     assert source.get(ns, name)["metadata"]["uid"] == official["metadata"]["uid"]
-    with pytest.raises(ClaimNotFound):
+    with pytest.raises(NotFound):
         source.get(ns, "no-such-claim")
 
 
@@ -244,5 +245,5 @@ def test_a_wrong_ca_is_refused(claim_in_api: tuple[Any, str, str], tmp_path: Any
     other_ca.write_bytes(cp.pki.admin.cert.read_bytes())  # a certificate, but not the server's CA
     cfg = cp.api_client().configuration
     cfg.ssl_ca_cert = str(other_ca)
-    with pytest.raises(ClaimSourceError, match=r"SSL|certificate"):
+    with pytest.raises(ApiError, match=r"SSL|certificate"):
         KubeClaimSource(client.ApiClient(cfg), timeout=5).get(ns, name)
