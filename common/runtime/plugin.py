@@ -94,6 +94,7 @@ class PluginStatus:
     registered: bool | None  # None: the kubelet has not called NotifyRegistrationStatus yet
     registration_error: str = ""
     sockets: dict[str, str] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)  # the driver's own (ServingDriver)
 
     @property
     def ready(self) -> bool:
@@ -210,12 +211,19 @@ class Plugin:
     # --- state --------------------------------------------------------------------------------
     def status(self) -> PluginStatus:
         reg = self.registration.status
+        detail: dict[str, Any] = {}
+        if hasattr(self.driver, "status_detail"):
+            try:
+                detail = dict(self.driver.status_detail())
+            except Exception as e:  # a probe must answer whatever the driver's state
+                detail = {"error": f"{type(e).__name__}: {e}"}
         return PluginStatus(
             driver=self.driver.name,
             serving=self._dra_server is not None and self._reg_server is not None,
             registered=None if reg is None else reg.registered,
             registration_error="" if reg is None else reg.error,
             sockets={"dra": str(self.dra_socket), "registration": str(self.registration_socket)},
+            detail=detail,
         )
 
 

@@ -65,17 +65,27 @@ class DriverService:
             api_reachable=(not report.unreachable) if report.contacted else None,
         )
         self.claims.start_reconciler(self.reconcile_interval)
+        driver = self.plugin.driver
         try:
+            if hasattr(driver, "start"):  # ServingDriver: after restore, before the kubelet calls
+                driver.start()
             self.plugin.start()
         except BaseException:
+            if hasattr(driver, "stop"):
+                driver.stop()
             self.claims.close()
             raise
 
     def stop(self) -> None:
+        driver = self.plugin.driver
         try:
             self.plugin.stop()
         finally:
-            self.claims.close()
+            try:
+                if hasattr(driver, "stop"):
+                    driver.stop()
+            finally:
+                self.claims.close()
 
     def status(self) -> PluginStatus:
         return self.plugin.status()

@@ -15,7 +15,9 @@ Layout (`--cpu-device-granularity`):
 Every name derives from kernel ids (NUMA node, core, die, CPU numbers) or the package index,
 which is the position of the socket ordered by lowest CPU: stable across reboots, unique even
 where `physical_package_id` repeats or is -1. `topology.topodra.io/socket` is that index too.
-Reserved CPUs (`--cpu-reserved-cpus`) are left out of everything.
+Reserved CPUs (`--cpu-reserved-cpus`) are left out of everything, and so are the CPUs kept for the
+shared pool (`--cpu-shared-min`, `shared_keep`): the published capacity never lets the scheduler
+hand out the last CPUs that containers without a claim run on.
 """
 
 from __future__ import annotations
@@ -159,9 +161,39 @@ def _core_names(topo: Topology, package: int, units: Sequence[tuple[int, ...]]) 
     return [f"core-{package}-cpu{u[0]}" for u in units]
 
 
+def shared_keep(topo: Topology, options: CpuOptions) -> frozenset[int]:
+    """CPUs kept out of every device besides the reserved ones: at least `--cpu-shared-min`,
+    in whole cores (a core split between the pool and a claim would share its pipelines with
+    whatever runs on the pool), first the free siblings of reserved CPUs (those cores are split
+    already), then cores by lowest CPU. Every usable CPU when there are not more than that."""
+    if options.shared_min <= 0:
+        return frozenset()
+    free = [n for n in topo.usable_cpus() if n not in options.reserved]
+    free_set = set(free)
+    units = _core_units(topo, free)
+
+    def touches_reserved(unit: tuple[int, ...]) -> bool:
+        core = topo.core_of_cpu(unit[0])
+        return core is not None and any(c in options.reserved for c in core.cpus)
+
+    ordered = sorted(units, key=lambda u: (not touches_reserved(u), min(u)))
+    kept: set[int] = set()
+    for unit in ordered:
+        if len(kept) >= options.shared_min:
+            break
+        kept.update(c for c in unit if c in free_set)
+    return frozenset(kept)
+
+
+def withheld(topo: Topology, options: CpuOptions) -> frozenset[int]:
+    """CPUs in no device: reserved plus kept for the shared pool."""
+    return frozenset(options.reserved) | shared_keep(topo, options)
+
+
 def groups(topo: Topology, options: CpuOptions) -> tuple[CpuGroup, ...]:
     """The devices' CPU groups, in publishing order (by node, socket or core position)."""
-    usable = [n for n in topo.usable_cpus() if n not in options.reserved]
+    out_of_devices = withheld(topo, options)
+    usable = [n for n in topo.usable_cpus() if n not in out_of_devices]
     l3 = l3_labels(topo)
     units = _core_units(topo, usable)
     if options.granularity == "core":
@@ -174,7 +206,7 @@ def groups(topo: Topology, options: CpuOptions) -> tuple[CpuGroup, ...]:
         out = []
         for package, members in sorted(by_package.items()):
             for name, unit in zip(_core_names(topo, package, members), members, strict=True):
-                inside = [c for c in unit if c not in options.reserved]
+                inside = [c for c in unit if c not in out_of_devices]
                 if not inside:
                     continue
                 out.append(_group(topo, name, "core", inside, [unit], l3, multi=False))

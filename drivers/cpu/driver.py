@@ -4,6 +4,11 @@ Prepare turns each allocation result into exclusive CPUs inside the allocated de
 chooses, holdings.py guarantees nobody else has them) and into CDI edits that pin the container
 (pinning.py, hooks/cpuset.sh). The checkpointed `Preparation.state` lists the CPUs of every
 result, which is all `restore()` needs after a restart.
+
+With `--cpu-pinning auto` the driver is also an NRI plugin of the container runtime
+(exclusive.py): every container without a CPU claim runs on the shared pool, so claimed CPUs are
+exclusive on the node, not only among claim holders. Which mode is in force is logged, exported
+as `topodra_cpu_pinning_mode` and shown in /readyz (`status_detail`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 from topodra.common import logs
 from topodra.common.cdi.edits import ContainerEdits
 from topodra.common.publisher import quantity
+from topodra.common.runtime.claims import cdi_kind
 from topodra.common.runtime.driver import (
     AllocatedDevice,
     ClaimRef,
@@ -30,7 +36,7 @@ from topodra.common.runtime.driver import (
 from topodra.common.topology.model import Topology
 from topodra.drivers.cpu import config as cpuconfig
 from topodra.drivers.cpu import devices as layout
-from topodra.drivers.cpu import health, pinning, policy
+from topodra.drivers.cpu import exclusive, health, pinning, policy
 from topodra.drivers.cpu.holdings import Conflict, Holding, Holdings, StateError, from_state, to_state
 from topodra.drivers.cpu.options import CpuOptions
 
@@ -46,6 +52,8 @@ CORE_ADVICE = (
     "is off, the default before 1.36): each NUMA device is now handed to one claim as a whole; "
     "run the CPU driver with --cpu-device-granularity core on this cluster"
 )
+HOOK_ONLY_NOTE = f"no NRI connection: {exclusive.HOOK_ONLY_WARNING}"
+PREPARE_WAIT = 10.0  # seconds a prepare waits for the runtime to move other containers off its CPUs
 
 
 def _label(claim: ClaimRef) -> str:
@@ -61,6 +69,7 @@ class CpuDriver:
         self.sysfs_root = sysfs_root
         self.groups = {g.name: g for g in layout.groups(topology, options) if g.cpus}
         self._devices = tuple(layout.build_devices(topology, options))
+        self.withheld = layout.withheld(topology, options)
         self._holdings = Holdings()
         # every cpuN folder, online or not: a CPU above the highest cannot be handed out
         self._highest_cpu = max((c.id for c in topology.cpus), default=-1)
@@ -75,9 +84,24 @@ class CpuDriver:
             self._log.warning(f"topology: {w}", path=w.path)
         self._log.info(
             f"{len(self._devices)} CPU devices ({options.granularity} granularity) over "
-            f"{sum(len(g.cpus) for g in self.groups.values())} CPUs",
+            f"{sum(len(g.cpus) for g in self.groups.values())} CPUs; CPUs "
+            f"{policy.fmt(self.withheld) or 'none'} are in no device (reserved "
+            f"{policy.fmt(options.reserved) or 'none'}, kept for the shared pool by --cpu-shared-min "
+            f"{options.shared_min})",
             devices=[d.name for d in self._devices],
         )
+        self.exclusive: exclusive.Exclusivity | None = None
+        if options.pinning == "auto":
+            self.exclusive = exclusive.Exclusivity(
+                self.name,
+                self.holdings,
+                topology.usable_cpus(),
+                self.withheld,
+                cdi_kind=cdi_kind(self.name),
+                socket_path=str(options.nri_socket),
+                pin_memory=options.pin_memory == "auto",
+                hook_path=str(options.hook_dir / pinning.HOOK_NAME),
+            )
 
     # --- Driver protocol ------------------------------------------------------------------------
 
@@ -95,6 +119,13 @@ class CpuDriver:
                 self._holdings.set_claim(claim.uid, plan)
             except Conflict as e:  # the plan avoided held CPUs, so this is a bug or a bad restore
                 raise PrepareError(f"{_label(claim)}: {e}") from e
+        if plan and self.exclusive is not None and not self.exclusive.changed(PREPARE_WAIT):
+            self._log.warning(
+                f"{_label(claim)}: the runtime has not moved every other container off CPUs "
+                f"{policy.fmt(c for h in plan for c in h.cpus)} within {PREPARE_WAIT:g} s; "
+                "it keeps trying",
+                **logs.claim(claim),
+            )
         prepared = []
         every: set[int] = set()
         for h in plan:
@@ -124,6 +155,8 @@ class CpuDriver:
     def unprepare(self, claim: ClaimRef, preparation: Preparation) -> None:
         with self._lock:
             gone = self._holdings.release(claim.uid)
+        if gone and self.exclusive is not None:
+            self.exclusive.changed(0)  # the pool grows back; nothing to wait for
         for h in gone:
             self._log.info(
                 f"{_label(claim)}: released CPUs {policy.fmt(h.cpus)} of device {h.device}",
@@ -161,9 +194,50 @@ class CpuDriver:
                         )
             count = len(self._holdings.claims())
         self._log.info(f"restored CPU holdings of {count} claims")
+        if self.exclusive is not None:  # another instance changed the checkpoint (a surge)
+            self.exclusive.changed(0)
 
     def check_health(self) -> Mapping[str, DeviceHealth]:
         return health.health(self.sysfs_root, {name: g.cpus for name, g in self.groups.items()})
+
+    # --- ServingDriver: the NRI connection ------------------------------------------------------
+
+    def start(self) -> None:
+        """After restore (the holdings are known), before the kubelet can call."""
+        if self.exclusive is not None:
+            self._log.info(
+                f"CPU pinning mode auto: connecting to the runtime's NRI socket {self.options.nri_socket}; "
+                f"until it answers, the CDI hook pins claim containers and {exclusive.HOOK_ONLY_WARNING}"
+            )
+            self.exclusive.start()
+        elif self.options.pinning == "hook":
+            self._log.warning(f"CPU pinning mode hook (--cpu-pinning hook): {exclusive.HOOK_ONLY_WARNING}")
+        else:
+            self._log.warning(
+                "CPU pinning mode none (--cpu-pinning none): containers only get TOPODRA_CPUS_* "
+                "variables; nothing is pinned"
+            )
+
+    def stop(self) -> None:
+        if self.exclusive is not None:
+            self.exclusive.stop()
+
+    def pinning_mode(self) -> str:
+        """nri: claimed CPUs exclusive on the node; hook: among claim holders only; none."""
+        if self.options.pinning == "none":
+            return "none"
+        if self.exclusive is not None and self.exclusive.active:
+            return "nri"
+        return "hook"
+
+    def status_detail(self) -> Mapping[str, Any]:
+        mode = self.pinning_mode()
+        out: dict[str, Any] = {"pinning": mode}
+        if mode == "hook":
+            out["pinning_note"] = HOOK_ONLY_NOTE
+        if self.exclusive is not None:
+            out.update(self.exclusive.detail())
+        return out
 
     # --- extras for the runtime -----------------------------------------------------------------
 
@@ -190,13 +264,18 @@ class CpuDriver:
         self._log.warning(CORE_ADVICE, feature=CONSUMABLE_FEATURE)
 
     def _hook(self, claim: ClaimRef) -> Path | None:
-        if self.options.pinning != "hook":
+        """The hook for the claim's CDI edits. With NRI in force a missing hook is no error (NRI
+        pins the container); the hook still goes in when present, so a container restarted
+        while the driver is away is pinned all the same."""
+        if self.options.pinning == "none":
             return None
         path = self.options.hook_dir / pinning.HOOK_NAME
         problem = pinning.hook_problem(path)
-        if problem is not None:
-            raise PrepareError(f"{_label(claim)}: {problem}")
-        return path
+        if problem is None:
+            return path
+        if self.exclusive is not None and self.exclusive.active:
+            return None
+        raise PrepareError(f"{_label(claim)}: {problem}")
 
     def _count(self, claim: ClaimRef, a: AllocatedDevice, g: layout.CpuGroup) -> int:
         if not g.multi:

@@ -20,6 +20,10 @@ on all CPUs, the claimed ones included. Here the driver is an NRI plugin:
 Updates happen on the reconciler thread, never inside a handler (the runtime holds its lock
 while a handler runs: see common/nri/plugin.py). Failed updates are retried with a backoff as
 long as the container exists.
+
+The plugin's name is the driver's name whatever the instance: during a surge update two driver
+pods are connected at once, and the runtime refuses a container whose cpuset two plugins of
+different names set, while the same name counts as one owner (both answer the same).
 """
 
 from __future__ import annotations

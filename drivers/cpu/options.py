@@ -19,8 +19,10 @@ if TYPE_CHECKING:
 
 GRANULARITIES = ("numa", "core")
 DEFAULT_HOOK_DIR = Path("/opt/topodra/hooks")
-PINNING_MODES = ("hook", "none")
+PINNING_MODES = ("auto", "hook", "none")
 MEMORY_MODES = ("auto", "off")
+DEFAULT_NRI_SOCKET = Path("/var/run/nri/nri.sock")
+MAX_SHARED_MIN = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +31,15 @@ class CpuOptions:
     reserved: frozenset[int] = frozenset()  # never published, never handed out
     list_attributes: bool = False  # numaNode/pcieRoot/l3 as lists (DRAListTypeAttributes)
     hook_dir: Path = DEFAULT_HOOK_DIR  # host folder holding hooks/cpuset.sh
-    pinning: str = "hook"  # hook: CDI createRuntime hook writes the cpuset; none: env only
+    # auto: every other container on the shared pool through NRI when the runtime offers it, the
+    # CDI hook pins claim containers either way; hook: the CDI hook only; none: env only
+    pinning: str = "auto"
     pin_memory: str = "auto"  # auto: cpuset.mems = the CPUs' nodes when they all have memory
+    # CPUs never published besides `reserved`, so the shared pool is never empty. The flag's
+    # default is 1 (from_args, where 0 needs --cpu-reserved-cpus); 0 here lets tests and tools
+    # lay devices out over a whole machine.
+    shared_min: int = 0
+    nri_socket: Path = DEFAULT_NRI_SOCKET
 
     def __post_init__(self) -> None:
         if self.granularity not in GRANULARITIES:
@@ -39,6 +48,12 @@ class CpuOptions:
             raise ValueError(f"--cpu-pinning must be one of {', '.join(PINNING_MODES)}")
         if self.pin_memory not in MEMORY_MODES:
             raise ValueError(f"--cpu-pin-memory must be one of {', '.join(MEMORY_MODES)}")
+        if not 0 <= self.shared_min <= MAX_SHARED_MIN:
+            raise ValueError(
+                f"--cpu-shared-min must be between 0 and {MAX_SHARED_MIN}, got {self.shared_min}"
+            )
+        if not self.nri_socket.is_absolute():
+            raise ValueError(f"--cpu-nri-socket must be an absolute path: {self.nri_socket}")
         if not self.hook_dir.is_absolute():
             raise ValueError(f"--cpu-hook-dir must be an absolute path (CDI hooks need one): {self.hook_dir}")
 
@@ -103,8 +118,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--cpu-pinning",
         choices=PINNING_MODES,
-        default="hook",
-        help="hook: pin containers with a CDI createRuntime hook; none: only pass TOPODRA_CPUS_* env",
+        default="auto",
+        help="auto: claimed CPUs exclusive on the node through NRI (every other container runs on the "
+        "shared pool) when the runtime offers it, else as hook; hook: a CDI createRuntime hook pins "
+        "claim containers only (other containers may still run on claimed CPUs); none: only pass "
+        "TOPODRA_CPUS_* env",
+    )
+    group.add_argument(
+        "--cpu-shared-min",
+        type=int,
+        default=1,
+        metavar="N",
+        help="CPUs kept out of every device besides --cpu-reserved-cpus (whole cores, at least N), "
+        "so containers without a claim always have a shared pool; default %(default)s",
+    )
+    group.add_argument(
+        "--cpu-nri-socket",
+        type=Path,
+        default=DEFAULT_NRI_SOCKET,
+        help="the container runtime's NRI socket (--cpu-pinning auto); default %(default)s",
     )
     group.add_argument(
         "--cpu-pin-memory",
@@ -116,11 +148,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def from_args(args: argparse.Namespace) -> CpuOptions:
     """Options from a parsed namespace; flags that a caller did not add take their defaults."""
+    shared_min = int(getattr(args, "cpu_shared_min", 1))
+    reserved = frozenset(getattr(args, "cpu_reserved_cpus", frozenset()) or frozenset())
+    if shared_min == 0 and not reserved:
+        raise ValueError(
+            "--cpu-shared-min 0 without --cpu-reserved-cpus would let claims take every CPU "
+            "and leave containers without a claim no CPU to run on"
+        )
     return CpuOptions(
         granularity=getattr(args, "cpu_device_granularity", "numa"),
-        reserved=frozenset(getattr(args, "cpu_reserved_cpus", frozenset()) or frozenset()),
+        reserved=reserved,
         list_attributes=bool(getattr(args, "cpu_list_attributes", False)),
         hook_dir=Path(getattr(args, "cpu_hook_dir", DEFAULT_HOOK_DIR)),
-        pinning=getattr(args, "cpu_pinning", "hook"),
+        pinning=getattr(args, "cpu_pinning", "auto"),
         pin_memory=getattr(args, "cpu_pin_memory", "auto"),
+        shared_min=shared_min,
+        nri_socket=Path(getattr(args, "cpu_nri_socket", DEFAULT_NRI_SOCKET)),
     )

@@ -153,6 +153,8 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
         "listAttributes": True,
         "pinning": "none",
         "pinMemory": "off",
+        "sharedMin": 2,
+        "nriSocket": "/run/containerd/nri/nri.sock",
     },
     "accelerator": {
         "metricsPort": 9501,
@@ -202,6 +204,7 @@ def test_chart_values_reach_every_driver_flag(non_default: dict[str, Obj]) -> No
     assert cpu.cpu_hook_dir == Path("/usr/libexec/topodra")
     assert (cpu.cpu_device_granularity, cpu.cpu_pinning, cpu.cpu_pin_memory) == ("core", "none", "off")
     assert cpu.cpu_list_attributes is True
+    assert (cpu.cpu_shared_min, cpu.cpu_nri_socket) == (2, Path("/run/containerd/nri/nri.sock"))
     assert acc.accelerator_node_check == "exists" and acc.accelerator_taint_unhealthy is True
     assert acc.accelerator_rescan_interval == 2.5
     assert acc.accelerator_dev_root == Path("/opt/topodra/synth")
@@ -228,6 +231,8 @@ def test_chart_values_reach_every_driver_flag(non_default: dict[str, Obj]) -> No
         } <= paths
         if kind != "accelerator":
             assert "/usr/libexec/topodra" in paths
+        if kind == "cpu":
+            assert "/run/containerd/nri" in paths  # the NRI socket's folder moved with it
     nic_mounts = {m["mountPath"]: m for m in driver_container(non_default["nic"])["volumeMounts"]}
     assert nic_mounts["/run/topodra/nic"]["mountPropagation"] == "Bidirectional"
 

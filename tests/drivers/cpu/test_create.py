@@ -27,18 +27,44 @@ def test_flags_reach_the_driver(fixture_trees: FixtureTrees, tmp_path: Path) -> 
     driver = registry.create("cpu", registry.CommonOptions(root, "node-a", args))
     assert driver.name == NAME
     names = [d.name for d in published_list(driver)]
-    assert len(names) == 15 and "core-0-0" not in names  # core (0,16) is reserved
+    # core (0,16) is reserved; core (1,17) is kept for the shared pool (--cpu-shared-min 1)
+    assert len(names) == 14 and "core-0-0" not in names and "core-0-1" not in names
+    assert driver.withheld == frozenset({0, 16, 1, 17})  # type: ignore[attr-defined]
+
+
+def test_shared_min_flag(fixture_trees: FixtureTrees, tmp_path: Path) -> None:
+    root = fixture_trees.root("hwloc--32intel64-2p8co2t+8ve")
+    common = ["--cpu-device-granularity", "core", "--cpu-hook-dir", str(tmp_path)]
+    with pytest.raises(ValueError, match="--cpu-shared-min 0 without --cpu-reserved-cpus"):
+        registry.create(
+            "cpu", registry.CommonOptions(root, "node-a", parse([*common, "--cpu-shared-min", "0"]))
+        )
+    args = parse([*common, "--cpu-shared-min", "0", "--cpu-reserved-cpus", "0,16"])
+    names = [d.name for d in published_list(registry.create("cpu", registry.CommonOptions(root, "n", args)))]
+    assert len(names) == 15 and "core-0-0" not in names
+    # three CPUs are asked for: two whole cores are kept, the lowest ones
+    args = parse([*common, "--cpu-shared-min", "3"])
+    names = [d.name for d in published_list(registry.create("cpu", registry.CommonOptions(root, "n", args)))]
+    assert len(names) == 14 and "core-0-0" not in names and "core-0-1" not in names
 
 
 def test_default_flags(fixture_trees: FixtureTrees) -> None:
     root = fixture_trees.root("hwloc--32intel64-2p8co2t+8ve")
     driver = registry.create("cpu", registry.CommonOptions(root, "node-a", parse([])))
     assert [d.name for d in published_list(driver)] == ["numa-0", "numa-1"]
+    # the flag's default keeps one whole core (CPUs 0 and 16) for the shared pool
+    capacity = {d.name: d.capacity["cpu.topodra.io/cpu"].value for d in published_list(driver)}
+    assert capacity == {"numa-0": "14", "numa-1": "16"}
 
 
 @pytest.mark.parametrize(
     "argv",
-    [["--cpu-reserved-cpus", "0-"], ["--cpu-device-granularity", "thread"], ["--cpu-pinning", "nri"]],
+    [
+        ["--cpu-reserved-cpus", "0-"],
+        ["--cpu-device-granularity", "thread"],
+        ["--cpu-pinning", "nri"],
+        ["--cpu-shared-min", "x"],
+    ],
 )
 def test_bad_flags_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):

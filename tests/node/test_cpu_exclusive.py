@@ -1,0 +1,240 @@
+"""Claimed CPUs are exclusive on the real node: the CPU driver as an NRI plugin of containerd.
+
+Real Pods through the real scheduler, kubelet, containerd and runc; every container prints the
+CPUs its process may run on (Cpus_allowed_list) three times a second, and the kubelet's log
+timestamps say when. With the kubelet's CPU manager `none` (required with DRA CPU drivers), a
+container without a claim would run on every CPU; here:
+
+- a best-effort Pod started before a claim Pod, and one started after it, never show the claimed
+  CPUs once the claim's container runs, and get them back after the claim is unprepared;
+- a sidecar without a claim inside the claim's Pod runs on the shared pool;
+- the shared pool keeps its minimum: a claim for the CPUs `--cpu-shared-min` keeps back is
+  unschedulable, and no container is ever left without a CPU;
+- a driver restart with a claim Pod running moves nobody onto the claimed CPUs, and a Pod
+  created while the driver was away (which the runtime starts unadjusted, on every CPU) is
+  corrected when the driver's NRI plugin synchronizes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from topodra.common.topology import discover
+from topodra.common.topology.parse import compress
+from topodra.drivers.cpu import devices as layout
+from topodra.drivers.cpu.options import CpuOptions
+
+from tests.controlplane.cluster import api_resource
+from tests.controlplane.objects import device_class_body, eventually
+from tests.node.cpu_host_driver import HostCpuDriver, Sample, cpu_samples, watcher
+from tests.node.node import RealNode
+from tests.node.pods import delete_namespace, make_namespace, wait_gone, wait_running
+
+pytestmark = pytest.mark.node
+
+CLASS = "cpu.topodra.io"
+
+
+@pytest.fixture(scope="module")
+def online() -> frozenset[int]:
+    cpus = frozenset(discover("/").usable_cpus())
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs: one to claim, one for the shared pool")
+    return cpus
+
+
+@pytest.fixture(scope="module")
+def driver(real_node: RealNode, online: frozenset[int]) -> Iterator[HostCpuDriver]:
+    with contextlib.suppress(ApiException):  # shared cluster: another module may have made it
+        api_resource(real_node.cp.dynamic, "DeviceClass").create(body=device_class_body(CLASS, layout.DRIVER))
+    d = HostCpuDriver(real_node)
+    d.start()
+    try:
+        eventually("NRI mode", lambda: d.detail().get("pinning") == "nri", 30)
+        yield d
+    finally:
+        d.stop()
+
+
+@pytest.fixture
+def ns(real_node: RealNode, driver: HostCpuDriver) -> Iterator[str]:
+    name = make_namespace(real_node, "excl")
+    yield name
+    delete_namespace(real_node, name)  # the driver is still up: the kubelet unprepares
+
+
+def cpu_claim(node: RealNode, ns: str, name: str, count: int = 1) -> None:
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "cpus",
+                        "exactly": {
+                            "deviceClassName": CLASS,
+                            "capacity": {"requests": {layout.CAPACITY: str(count)}},
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    api_resource(node.cp.dynamic, "ResourceClaim").create(body=body, namespace=ns)
+
+
+def pod(
+    node: RealNode, name: str, containers: list[dict[str, Any]], claim: str | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 0,
+        "containers": containers,
+    }
+    if claim:
+        spec["resourceClaims"] = [{"name": "cpus", "resourceClaimName": claim}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def image(node: RealNode) -> str:
+    assert node.busybox is not None
+    return node.busybox.name
+
+
+def run(node: RealNode, ns: str, body: dict[str, Any]) -> str:
+    node.core.create_namespaced_pod(ns, body)
+    name = str(body["metadata"]["name"])
+    wait_running(node, ns, name)
+    return name
+
+
+def samples(node: RealNode, ns: str, pod: str, container: str = "main", at_least: int = 1) -> list[Sample]:
+    return eventually(
+        f"{at_least} CPU samples from {pod}/{container}",
+        lambda: (s := cpu_samples(node, ns, pod, container)) and len(s) >= at_least and s,
+        30,
+    )
+
+
+def after(seen: list[Sample], moment: datetime.datetime) -> list[Sample]:
+    return [s for s in seen if s.at > moment]
+
+
+def claim_pod(
+    node: RealNode, ns: str, name: str, sidecar: bool = False
+) -> tuple[frozenset[int], datetime.datetime]:
+    """A Pod whose main container holds a one-CPU claim; its CPUs and its first sample's time."""
+    cpu_claim(node, ns, f"{name}-claim")
+    containers = [watcher("main", image(node), claims=["cpus"])]
+    if sidecar:
+        containers.append(watcher("sidecar", image(node)))
+    run(node, ns, pod(node, name, containers, claim=f"{name}-claim"))
+    first = samples(node, ns, name)[0]
+    return first.cpus, first.at
+
+
+def test_best_effort_pods_before_and_after_a_claim_never_share_its_cpus(
+    real_node: RealNode, ns: str, online: frozenset[int], driver: HostCpuDriver
+) -> None:
+    early = run(real_node, ns, pod(real_node, "early", [watcher("main", image(real_node))]))
+    claimed, started = claim_pod(real_node, ns, "claimer")
+    assert len(claimed) == 1 and claimed < online
+    shared = online - claimed
+    late = run(real_node, ns, pod(real_node, "late", [watcher("main", image(real_node))]))
+    time.sleep(2)  # a few more samples of everybody while the claim is held
+
+    early_seen = samples(real_node, ns, early)
+    assert any(s.cpus == online for s in early_seen if s.at < started)  # it had every CPU before
+    held = after(early_seen, started)
+    assert held and all(s.cpus == shared for s in held), [(s.at, sorted(s.cpus)) for s in held]
+    late_seen = samples(real_node, ns, late)
+    assert all(s.cpus == shared for s in late_seen), [sorted(s.cpus) for s in late_seen]
+    assert all(s.cpus == claimed for s in samples(real_node, ns, "claimer"))
+
+    real_node.core.delete_namespaced_pod("claimer", ns)
+    wait_gone(real_node, ns, "claimer")  # the kubelet unprepared the claim
+    for name in (early, late):
+        eventually(
+            f"{name} to get the claimed CPUs back",
+            lambda name=name: cpu_samples(real_node, ns, name, "main")[-1].cpus == online,  # type: ignore[misc]
+            30,
+        )
+    assert driver.metric("topodra_cpu_pinning_mode", driver=layout.DRIVER, mode="nri") == 1.0
+
+
+def test_a_sidecar_without_a_claim_runs_on_the_shared_pool(
+    real_node: RealNode, ns: str, online: frozenset[int]
+) -> None:
+    claimed, _ = claim_pod(real_node, ns, "withside", sidecar=True)
+    side = samples(real_node, ns, "withside", "sidecar", at_least=3)
+    assert all(s.cpus == online - claimed for s in side), [sorted(s.cpus) for s in side]
+    assert all(s.cpus == claimed for s in samples(real_node, ns, "withside", at_least=3))
+
+
+def test_the_shared_pool_keeps_its_minimum_whatever_is_asked(
+    real_node: RealNode, ns: str, online: frozenset[int], driver: HostCpuDriver
+) -> None:
+    kept = layout.shared_keep(discover("/"), CpuOptions(shared_min=1))
+    claimable = online - kept
+    # every CPU the driver publishes, taken by claims of one CPU each
+    names = []
+    for i in range(len(claimable)):
+        claimed, _ = claim_pod(real_node, ns, f"fill{i}")
+        names.append(f"fill{i}")
+        assert claimed <= claimable
+    # one more is more than the published capacity: the scheduler cannot place it
+    cpu_claim(real_node, ns, "over-claim")
+    real_node.core.create_namespaced_pod(
+        ns, pod(real_node, "over", [watcher("main", image(real_node), claims=["cpus"])], claim="over-claim")
+    )
+
+    def unschedulable() -> bool:
+        p = real_node.core.read_namespaced_pod("over", ns)
+        return any(
+            c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+            for c in p.status.conditions or []
+        )
+
+    eventually("the extra claim's pod to be unschedulable", unschedulable, 60)
+    # and a container without a claim still has the kept CPUs to run on
+    spare = run(real_node, ns, pod(real_node, "spare", [watcher("main", image(real_node))]))
+    assert all(s.cpus == kept for s in samples(real_node, ns, spare, at_least=3))
+    assert driver.detail()["shared_pool"] == compress(sorted(kept))
+
+
+def test_driver_restart_moves_nobody_onto_claimed_cpus_and_corrects_pods_started_meanwhile(
+    real_node: RealNode, ns: str, online: frozenset[int], driver: HostCpuDriver
+) -> None:
+    steady = run(real_node, ns, pod(real_node, "steady", [watcher("main", image(real_node))]))
+    claimed, started = claim_pod(real_node, ns, "holder")
+    shared = online - claimed
+
+    driver.stop()
+    try:
+        meanwhile = run(real_node, ns, pod(real_node, "meanwhile", [watcher("main", image(real_node))]))
+        # nobody adjusted it: the runtime started it on every CPU, the claimed ones included
+        assert samples(real_node, ns, meanwhile)[0].cpus == online
+    finally:
+        driver.start()
+    eventually("NRI mode again", lambda: driver.detail().get("pinning") == "nri", 30)
+    moved = eventually(
+        "the pod started meanwhile to be moved to the shared pool",
+        lambda: (last := cpu_samples(real_node, ns, meanwhile, "main")[-1]).cpus == shared and last,
+        30,
+    )
+    time.sleep(2)
+    # the claim's container kept its CPUs throughout; the steady pod never went back to them
+    assert all(s.cpus == claimed for s in samples(real_node, ns, "holder"))
+    steady_seen = after(samples(real_node, ns, steady), started)
+    assert steady_seen and all(s.cpus == shared for s in steady_seen)
+    fixed = after(samples(real_node, ns, meanwhile), moved.at)
+    assert fixed and all(s.cpus == shared for s in fixed)
+    assert "restored CPU holdings of" in driver.log_text()
