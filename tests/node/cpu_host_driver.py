@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,25 @@ from topodra.common.topology.parse import parse_cpulist
 from topodra.drivers.cpu import pinning
 
 from tests.conftest import REPO
+from tests.node import fixtures
+from tests.node.drivers import bring_up, take_down
 from tests.node.node import RealNode
+
+
+@contextlib.contextmanager
+def no_cpu_daemonset() -> Iterator[None]:
+    """Without the tier's CPU DaemonSet (if an earlier module deployed it): one CPU driver per
+    node, and one NRI plugin setting cpusets, or the runtime refuses containers two plugins
+    adjust. Brought back afterwards."""
+    drivers = fixtures._tier.drivers  # the session's DaemonSets, when some test asked for them
+    if drivers is None or not drivers.pods("cpu"):
+        yield
+        return
+    take_down(drivers, "cpu")
+    try:
+        yield
+    finally:
+        bring_up(drivers, "cpu")
 
 
 def _free_port() -> int:

@@ -52,6 +52,7 @@ HOST_FOLDERS = {
     "/var/run/cdi": "cdi",
     "/opt/topodra/hooks": "hooks",
     "/var/lib/topodra": "topodra",
+    "/var/run/nri": "containerd/nri",  # the CPU driver's NRI socket folder: containerd's here
 }
 
 

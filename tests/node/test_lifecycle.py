@@ -55,12 +55,18 @@ def test_driver_restart_keeps_the_pod_and_the_new_instance_releases_it(
         _figure(f"{kind} driver restart to Ready", time.monotonic() - began)
     w.assert_intact()
     assert w.held_by() == ONCE
-    # the new instances prepare a new claim and release the old one; the two claims share the
-    # NUMA device (consumable capacity, one share each) but never a CPU
+    # the new instances prepare a new claim and release the old one; where a device has room
+    # for two one-CPU claims beside the shared pool's CPUs, the two share the NUMA device
+    # (consumable capacity, one share each) but never a CPU; else one after the other
+    room = max(int(d["capacity"]["cpu.topodra.io/cpu"]["value"]) for d in node_drivers.devices("cpu"))
+    if room < 2:
+        w.delete()
+        w.assert_released()
     other = started(node_drivers, ns, "drv2")
-    assert not claim_cpus(w.report()) & claim_cpus(other.report())
-    w.delete()
-    w.assert_released()
+    if room >= 2:
+        assert not claim_cpus(w.report()) & claim_cpus(other.report())
+        w.delete()
+        w.assert_released()
     other.delete()
     other.assert_released()
 

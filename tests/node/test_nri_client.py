@@ -21,6 +21,7 @@ from topodra.common.topology.parse import compress, parse_cpulist
 from topodra.proto.nri.v1alpha1 import api_pb2 as api
 
 from tests.controlplane.objects import eventually
+from tests.node.cpu_host_driver import no_cpu_daemonset
 from tests.node.node import RealNode
 from tests.node.pods import busybox_pod, create, delete_namespace, make_namespace, wait_running
 
@@ -69,6 +70,13 @@ class Recorder(Handler):
 
     def disconnected(self, reason: str) -> None:
         self.disconnects.append(reason)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def alone(real_node: RealNode) -> Iterator[None]:
+    """The tests adjust cpusets themselves: no CPU driver plugin beside them."""
+    with no_cpu_daemonset():
+        yield
 
 
 @pytest.fixture
