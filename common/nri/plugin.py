@@ -197,6 +197,7 @@ class NriPlugin:
         if self._thread is not None:
             return
         self._stop.clear()
+        self._synced.clear()  # wait_synchronized answers for this start's connection
         self._thread = threading.Thread(target=self._run, name=f"nri-{self.name}", daemon=True)
         self._thread.start()
 

@@ -163,9 +163,10 @@ def test_adjustment_at_create_and_an_unsolicited_update_reach_the_kernel(
 
 def wait_pid(plugin: NriPlugin, handler: Recorder, ns: str, name: str) -> int:
     """The container's pid, from a fresh Synchronize (reconnecting makes the runtime send one)."""
+    before = len(handler.synced)
     plugin.stop()
     plugin.start()
-    assert plugin.wait_synchronized(15)
+    assert plugin.wait_synchronized(15) and len(handler.synced) > before
     pods, containers = handler.synced[-1]
     (pod,) = [p for p in pods if p.namespace == ns and p.name == name]
     (ctr,) = [c for c in containers if c.pod_sandbox_id == pod.id]
