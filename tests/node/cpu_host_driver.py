@@ -21,12 +21,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import kubernetes.client as k8s
+from kubernetes.client.exceptions import ApiException
 from topodra.common.topology.parse import parse_cpulist
 from topodra.drivers.cpu import pinning
 
 from tests.conftest import REPO
+from tests.controlplane.cluster import DRIVER_NAMESPACE, service_account
 from tests.node import fixtures
 from tests.node.drivers import bring_up, take_down
 from tests.node.node import RealNode
@@ -48,6 +52,56 @@ def no_cpu_daemonset() -> Iterator[None]:
         bring_up(drivers, "cpu")
 
 
+def node_bound_kubeconfig(node: RealNode) -> Path:
+    """The CPU driver's ServiceAccount with a token that names the node, as its DaemonSet pod's
+    does. The token is bound to a pod of our own on the node (the kubelet runs it: busybox
+    sleeping), labelled so that no DaemonSet adopts it; ControlPlane.driver_kubeconfig's stand-in
+    pod carries the DaemonSet's labels, and once the tier's DaemonSets exist their controller
+    takes it over and deletes it, which voids its token (401)."""
+    assert node.busybox is not None
+    sa = service_account("cpu")
+    name = f"cpu-host-driver-{node.name}"
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "topodra-test-host-driver"}},
+        "spec": {
+            "nodeName": node.name,
+            "serviceAccountName": sa,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 0,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "hold",
+                    "image": node.busybox.name,
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "86400"],
+                }
+            ],
+        },
+    }
+    try:
+        pod = node.core.create_namespaced_pod(DRIVER_NAMESPACE, body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        pod = node.core.read_namespaced_pod(name, DRIVER_NAMESPACE)
+    request = k8s.AuthenticationV1TokenRequest(
+        spec=k8s.V1TokenRequestSpec(
+            audiences=[],
+            expiration_seconds=24 * 3600,
+            bound_object_ref=k8s.V1BoundObjectReference(
+                api_version="v1", kind="Pod", name=name, uid=pod.metadata.uid
+            ),
+        )
+    )
+    token = node.core.create_namespaced_service_account_token(sa, DRIVER_NAMESPACE, request).status.token
+    path = node.run_dir / "cpu-host-driver.kubeconfig"
+    node.cp.write_kubeconfig(path, sa, {"token": token})
+    return path
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -61,6 +115,7 @@ class HostCpuDriver:
         self.port = _free_port()
         self.log = node.run_dir / "cpu-driver.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.kubeconfig = node_bound_kubeconfig(node)
 
     def argv(self) -> list[str]:
         run = self.node.run_dir
@@ -69,7 +124,7 @@ class HostCpuDriver:
             "--node-name", self.node.name,
             "--kubelet-root-dir", str(self.node.kubelet.paths.root_dir),
             "--cdi-root", str(run / "cdi"),
-            "--kubeconfig", str(self.node.cp.driver_kubeconfig("cpu", self.node.name)),
+            "--kubeconfig", str(self.kubeconfig),
             "--sysfs-root", "/",
             "--cpu-hook-dir", str(run / "hooks"),
             "--cpu-nri-socket", str(self.node.containerd.paths.nri_socket),
