@@ -12,7 +12,9 @@ container without a claim would run on every CPU; here:
   unschedulable, and no container is ever left without a CPU;
 - a driver restart with a claim Pod running moves nobody onto the claimed CPUs, and a Pod
   created while the driver was away (which the runtime starts unadjusted, on every CPU) is
-  corrected when the driver's NRI plugin synchronizes.
+  corrected when the driver's NRI plugin synchronizes;
+- a runtime restart with a claim Pod running: the driver says `hook` while containerd is away,
+  reconnects and synchronizes with the new one, and a Pod created afterwards gets the shared pool.
 """
 
 from __future__ import annotations
@@ -239,3 +241,28 @@ def test_driver_restart_moves_nobody_onto_claimed_cpus_and_corrects_pods_started
     fixed = after(samples(real_node, ns, meanwhile), moved.at)
     assert fixed and all(s.cpus == shared for s in fixed)
     assert "restored CPU holdings of" in driver.log_text()
+
+
+def test_runtime_restart_keeps_the_claim_exclusive_and_pins_pods_created_after_it(
+    real_node: RealNode, ns: str, online: frozenset[int], driver: HostCpuDriver
+) -> None:
+    steady = run(real_node, ns, pod(real_node, "steady", [watcher("main", image(real_node))]))
+    claimed, started = claim_pod(real_node, ns, "holder")
+    shared = online - claimed
+    try:
+        real_node.containerd.stop()
+        # without the runtime the driver cannot promise exclusivity, and says so
+        eventually(
+            "hook mode while the runtime is away", lambda: driver.detail().get("pinning") == "hook", 30
+        )
+        real_node.containerd.start()
+        eventually("NRI mode with the new runtime", lambda: driver.detail().get("pinning") == "nri", 60)
+    finally:
+        real_node.wait_node_ready()
+    after_restart = run(real_node, ns, pod(real_node, "later", [watcher("main", image(real_node))]))
+    time.sleep(2)
+    later_seen = samples(real_node, ns, after_restart)
+    assert all(s.cpus == shared for s in later_seen), [sorted(s.cpus) for s in later_seen]
+    assert all(s.cpus == claimed for s in samples(real_node, ns, "holder"))
+    steady_seen = after(samples(real_node, ns, steady), started)
+    assert steady_seen and all(s.cpus == shared for s in steady_seen), [sorted(s.cpus) for s in steady_seen]
