@@ -89,6 +89,7 @@ def locate(att: Attachment, sysfs_root: str = "/") -> Where:
     """Find the interface: host first (it may already be back), then the pin."""
     mac = _usable_mac(att.mac)
     host_links = iplink.links()
+    listed: list[str] = []
     if att.pci_address:
         # sysfs names the function's netdev, netlink must show it too: a sysfs root that is not
         # the host's own (--sysfs-root at a synthetic or captured machine) keeps naming an
@@ -106,6 +107,11 @@ def locate(att: Attachment, sysfs_root: str = "/") -> Where:
         link = iplink.find(inside, mac=mac) if mac else iplink.find(inside, name=att.container_name)
         if link is not None:
             return Where("pinned", link.name)
+    if listed and os.path.realpath(sysfs_root) != "/":
+        # Not in netlink and not in the pin, under a sysfs root that is not the host's own (a
+        # synthetic or captured machine, whose interfaces netlink never shows): that tree is the
+        # only witness left. On the host's own sysfs this stays "gone": netlink is the truth there.
+        return Where("host", listed[0])
     return Where("gone")
 
 

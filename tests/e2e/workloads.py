@@ -54,13 +54,21 @@ class Example:
 
 
 def load_examples(folder: Path = EXAMPLES) -> dict[str, Example]:
-    """Every example in the folder's kustomization, by file stem."""
+    """Every example of the folder's kustomization that ships a Pod, by file stem.
+
+    The best-locality-* templates ship no Pod (a user's workload references them); the real
+    scheduler walks their fallback levels in tests/controlplane/test_fallback.py and a real Pod
+    runs them in tests/node/test_examples.py.
+    """
     kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
     out: dict[str, Example] = {}
     for resource in kustomization["resources"]:
         docs = [d for d in yaml.safe_load_all((folder / resource).read_text()) if d]
+        pods = [d for d in docs if d["kind"] == "Pod"]
+        if not pods:
+            continue
         (template,) = [d for d in docs if d["kind"] == "ResourceClaimTemplate"]
-        (pod,) = [d for d in docs if d["kind"] == "Pod"]
+        (pod,) = pods
         out[Path(resource).stem] = Example(Path(resource).stem, template, pod)
     return out
 
