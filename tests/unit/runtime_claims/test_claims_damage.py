@@ -1,6 +1,7 @@
 """A damaged checkpoint fails closed: the claims are rebuilt from the CDI specs on disk (which carry
-each claim's record, see claimspec), every device a surviving spec names stays held, and the
-previous good checkpoint is the fallback when the specs are gone (a reboot empties /var/run/cdi).
+each claim's record, see common/runtime/claims/spec.py), every device a surviving spec names stays
+held, and the previous good checkpoint is the fallback when the specs are gone (a reboot empties
+/var/run/cdi).
 
 Real ClaimManager, real files; the CPU driver case runs the real CPU driver on a captured machine
 (the case where a fresh start handed a running pod's exclusive CPUs to the next claim).

@@ -75,7 +75,7 @@ def test_prepare_answers_devices_and_writes_owner_only_cdi_spec(
     assert first["deviceNodes"] == [{"path": "/dev/topodra-dev-0", "hostPath": "/dev/null"}]
     claim_env = spec["containerEdits"]["env"]
     assert claim_env[0] == "TEST_CLAIM=ns1/c1" and len(claim_env) == 2
-    # the claim's record: what a damaged checkpoint is rebuilt from (claimspec)
+    # the claim's record: what a damaged checkpoint is rebuilt from (claims/spec.py)
     name, _, record = claim_env[1].partition("=")
     assert name == "TOPODRA_TEST_CLAIM_RECORD"
     assert json.loads(record) == {
@@ -389,7 +389,7 @@ def test_concurrent_calls_share_a_batch_and_return_without_waiting_for_the_next(
         ta = call(a)
         tb = call(b)
         deadline = time.monotonic() + 10
-        while len(m._queue) < 2 and time.monotonic() < deadline:
+        while m._calls.waiting() < 2 and time.monotonic() < deadline:
             time.sleep(0.005)
     assert entered[a.uid].wait(10)  # a and b: one batch, stopped inside the driver at a
     tc = call(c)  # c queues behind that batch
@@ -505,7 +505,7 @@ def test_a_prepare_and_an_unprepare_of_one_claim_that_overlap_are_served_in_arri
 
     def queued(count: int) -> None:
         deadline = time.monotonic() + 10
-        while len(m._queue) < count:
+        while m._calls.waiting() < count:
             assert time.monotonic() < deadline, "call never queued"
             time.sleep(0.001)
 
