@@ -11,6 +11,14 @@ Two threads, one job each:
   and never cause another sync.
 Every API failure is retried with capped exponential backoff and jitter; nothing escapes the
 threads, so a broken API server never takes the driver down.
+
+Two instances of one driver on one node (a surge rollout whose new version publishes other
+attributes) would each repair the other's writes forever. Every slice we write names its writer
+in the annotation `<driver>/publisher` (start time, then a random id: later sorts higher). A
+foreign change signed by a newer instance makes us stand back, first for `defer_initial`
+seconds, doubling up to `defer_max`, so the newest instance owns the pool; a foreign change by
+anyone else is repaired after `resync_delay`, and when such changes keep coming the delay
+doubles up to `foreign_max` (it starts over after a quiet `foreign_max`).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +35,7 @@ from functools import partial
 from typing import Any
 
 from topodra.common import logs
+from topodra.common.clock import SYSTEM, Clock
 from topodra.common.device import Device
 from topodra.common.kubeapi.errors import ApiError
 from topodra.common.kubeapi.slices import KubeSliceApi, SliceApi, WatchStream
@@ -59,6 +69,7 @@ class PublisherStatus:
     last_success: float | None  # unix time of the last sync that ended equal
     writes: Mapping[str, int] = field(default_factory=dict)  # accepted writes by verb
     failures: int = 0  # consecutive failed syncs
+    deferring_to: str | None = None  # a newer instance publishing this pool, while we stand back
 
 
 class SlicePublisher:
@@ -85,6 +96,11 @@ class SlicePublisher:
         on_status: Callable[[PublisherStatus], None] | None = None,
         delete_slices_on_stop: bool = False,
         write_parallelism: int = 4,
+        clock: Clock = SYSTEM,
+        defer_initial: float = 30.0,
+        defer_max: float = 300.0,
+        foreign_max: float = 60.0,
+        instance: str | None = None,
     ) -> None:
         self.api: SliceApi = api_client if hasattr(api_client, "create_slice") else KubeSliceApi(api_client)
         self.driver_name = driver_name
@@ -100,6 +116,17 @@ class SlicePublisher:
         self._on_status = on_status
         self._delete_on_stop = delete_slices_on_stop
         self._write_parallelism = write_parallelism
+        self._clock = clock
+        self.instance = instance or f"{int(clock.time() * 1000):013d}.{uuid.uuid4().hex[:8]}"
+        self._owner_key = f"{driver_name}/publisher"
+        self._defer_backoff = Backoff(defer_initial, defer_max)
+        self._defer_until = 0.0
+        self._deferring_to: str | None = None
+        self._foreign_backoff = Backoff(resync_delay, foreign_max)
+        self._foreign_quiet = foreign_max
+        self._foreign_at = float("-inf")
+        self._foreign_round = False  # a resync for a foreign change is pending
+        self._writing = False  # a sync pass is writing (guarded by _cond)
         self._log = logs.get(__name__, driver=driver_name, pool=node_name)
 
         self._cond = threading.Condition(threading.RLock())
@@ -204,6 +231,7 @@ class SlicePublisher:
                 last_success=self._last_success,
                 writes=dict(self._writes),
                 failures=self._sync_backoff.failures,
+                deferring_to=self._deferring_to,
             )
 
     def published(self) -> list[dict[str, Any]]:
@@ -220,7 +248,7 @@ class SlicePublisher:
 
     def _trigger(self, delay: float) -> None:
         """Schedule a sync (caller holds _cond). Never earlier than the current backoff allows."""
-        due = max(time.monotonic() + delay, self._not_before)
+        due = max(self._clock.monotonic() + delay, self._not_before)
         self._due = due if self._due is None else min(self._due, due)
         self._synced = False
         self._cond.notify_all()
@@ -229,13 +257,17 @@ class SlicePublisher:
         while not self._stopping.is_set():
             with self._cond:
                 while not self._stopping.is_set():
-                    now = time.monotonic()
+                    now = self._clock.monotonic()
                     if self._due is not None and now >= self._due and self._cache_ready:
                         break
                     wait = self._resync_period if self._due is None else max(0.01, self._due - now)
                     if not self._cache_ready:
                         wait = min(wait, 0.5)
-                    if not self._cond.wait(wait) and self._due is None and self._specs is not None:
+                    if (
+                        not self._clock.wait(self._cond, wait)
+                        and self._due is None
+                        and self._specs is not None
+                    ):
                         self._trigger(0.0)  # periodic check; writes nothing when all is equal
                 if self._stopping.is_set():
                     return
@@ -251,6 +283,7 @@ class SlicePublisher:
     def _sync(self) -> None:
         with self._cond:
             specs = self._specs
+            self._foreign_round = False
         if specs is None:
             return
         if self._node_uid is None or self._recheck_node:
@@ -292,6 +325,12 @@ class SlicePublisher:
             if plan.writes == 0:
                 self._succeeded(plan)
                 return
+            with self._cond:
+                wait = self._defer_until - self._clock.monotonic()
+                if wait > 0:  # a newer instance owns the pool for now
+                    self._trigger(wait)
+                    return
+                self._deferring_to = None
             self._log.info(
                 "writing ResourceSlices",
                 generation=plan.generation,
@@ -301,7 +340,13 @@ class SlicePublisher:
                 creates=len(plan.creates),
                 reasons=sorted({d.reason for d in plan.deletes}),
             )
-            self._execute(plan)
+            with self._cond:
+                self._writing = True
+            try:
+                self._execute(plan)
+            finally:
+                with self._cond:
+                    self._writing = False
         self._log.warning("slices still differ after several passes; retrying later")
         with self._cond:
             self._trigger(self._resync_delay)
@@ -332,6 +377,10 @@ class SlicePublisher:
         )
 
     def _put(self, verb: str, body: dict[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        signed = {**(meta.get("annotations") or {}), self._owner_key: self.instance}
+        body = {**body, "metadata": {**meta, "annotations": signed}}
+
         def call(b: Mapping[str, Any]) -> Callable[[], Any]:
             if verb == "update":
                 return partial(self.api.replace_slice, b["metadata"]["name"], b)
@@ -392,14 +441,17 @@ class SlicePublisher:
             )
 
     def _succeeded(self, plan: SyncPlan) -> None:
-        metrics.SLICE_LAST_SUCCESS.labels(self.driver_name).set(time.time())
+        now = self._clock.time()
+        metrics.SLICE_LAST_SUCCESS.labels(self.driver_name).set(now)
         with self._cond:
             self._sync_backoff.reset()
             self._not_before = 0.0
             self._last_error = None
-            self._last_success = time.time()
+            self._last_success = now
             self._generation = plan.generation
             self._synced = self._due is None
+            self._deferring_to, self._defer_until = None, 0.0  # the pool says what we would say
+            self._defer_backoff.reset()
             self._cond.notify_all()
         if self._on_status is not None:
             try:
@@ -414,7 +466,7 @@ class SlicePublisher:
             if err.status == 409 and self._sync_backoff.failures <= 1:
                 delay = min(delay, 0.2)  # a conflict is resolved by the relist, not by waiting
             self._last_error = str(err)
-            self._not_before = time.monotonic() + delay
+            self._not_before = self._clock.monotonic() + delay
             self._trigger(delay)
         self._log.warning(
             "slice sync failed; retrying", error=str(err), status=err.code, retry_in=round(delay, 2)
@@ -425,12 +477,13 @@ class SlicePublisher:
     def _watch_loop(self) -> None:
         version: str | None = None
         while not self._stopping.is_set():
+            listed = version is None
             try:
                 if version is None:
                     items, version = self.api.list_slices(self.field_selector)
                     with self._cond:
                         self._merge_list(items, version)
-                started = time.monotonic()
+                started = self._clock.monotonic()
                 events = 0
                 stream = self.api.watch_slices(self.field_selector, version, self._watch_timeout)
                 with self._cond:
@@ -443,28 +496,35 @@ class SlicePublisher:
                     version = self._on_event(event) or version
                     if self._stopping.is_set():
                         return
-                if events == 0 and time.monotonic() - started < 1.0:
+                if events == 0 and self._clock.monotonic() - started < 1.0:
                     raise ApiError("watch", None, "watch ended at once")  # do not spin
                 self._watch_backoff.reset()
             except ApiError as err:
                 if self._stopping.is_set():
                     return
                 version = None
-                if err.status == 410:  # our resourceVersion is too old: relist at once
-                    continue
+                if err.status == 410 and not listed:  # our resourceVersion is too old: relist at once
+                    continue  # (a 410 for a version just listed is a broken server: back off below)
                 metrics.SLICE_ERRORS.labels(self.driver_name, err.verb, err.code).inc()
                 delay = self._watch_backoff.next_delay(err.retry_after)
                 with self._cond:
                     self._last_error = str(err)
                 self._log.warning("slice watch failed; relisting", error=str(err), retry_in=round(delay, 2))
-                self._stopping.wait(delay)
+                self._pause(delay)
             except Exception as err:
                 self._log.exception("slice watch failed unexpectedly", error=str(err))
                 version = None
-                self._stopping.wait(self._watch_backoff.next_delay())
+                self._pause(self._watch_backoff.next_delay())
             finally:
                 with self._cond:
                     self._stream = None
+
+    def _pause(self, seconds: float) -> None:
+        """Wait `seconds` in the clock's time, or until stop()."""
+        end = self._clock.monotonic() + seconds
+        with self._cond:
+            while not self._stopping.is_set() and (left := end - self._clock.monotonic()) > 0:
+                self._clock.wait(self._cond, left)
 
     def _on_event(self, event: Mapping[str, Any]) -> str | None:
         """Apply one watch event to the cache; a change we did not make schedules a resync."""
@@ -488,9 +548,49 @@ class SlicePublisher:
                 if known is not None and not _newer(obj, known):
                     return str(version) if version else None  # our own write, already applied
                 self._cache[name] = dict(obj)
-            self._log.info("slice changed by someone else; resyncing", slice=name, event=kind)
-            self._trigger(self._resync_delay)
+            if self._writing:
+                # Maybe our own write, whose answer is not stored yet; the next pass of the sync
+                # plans against this cache anyway, so a foreign change is caught there.
+                return str(version) if version else None
+            self._foreign(name, kind, (meta.get("annotations") or {}).get(self._owner_key))
         return str(version) if version else None
+
+    def _foreign(self, name: str, kind: str, writer: str | None) -> None:
+        """Someone else changed a slice of ours (caller holds _cond): repair it, stand back for a
+        newer instance of this driver, or slow down when the changes keep coming."""
+        now = self._clock.monotonic()
+        if isinstance(writer, str) and writer > self.instance:
+            delay = self._defer_backoff.next_delay()
+            self._defer_until = now + delay
+            if self._deferring_to != writer:
+                self._log.warning(
+                    "a newer instance publishes this pool; standing back",
+                    slice=name,
+                    newer=writer,
+                    instance=self.instance,
+                    retry_in=round(delay, 1),
+                )
+            self._deferring_to = writer
+            self._trigger(delay)
+            return
+        if self._foreign_round:
+            return  # one repair serves a burst of changes
+        if now - self._foreign_at > self._foreign_quiet:
+            self._foreign_backoff.reset()
+        self._foreign_at = now
+        self._foreign_round = True
+        first = self._foreign_backoff.failures == 0
+        delay = self._foreign_backoff.next_delay()
+        if first:
+            delay = self._resync_delay  # an isolated change is repaired as before
+        self._log.info(
+            "slice changed by someone else; resyncing",
+            slice=name,
+            event=kind,
+            writer=writer,
+            retry_in=round(delay, 2),
+        )
+        self._trigger(delay)
 
     def _merge_list(self, items: Sequence[dict[str, Any]], version: str) -> None:
         """Replace the cache with a list result without losing our writes that came after it."""

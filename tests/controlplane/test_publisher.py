@@ -397,3 +397,30 @@ def test_a_recreated_node_gets_its_slices_back_owned_by_the_new_uid(
     assert _eventually(owned_by_new_node, 30)
     time.sleep(3)  # and the GC leaves them alone now
     assert owned_by_new_node()
+
+
+def test_two_instances_of_one_pool_stop_fighting_and_the_newer_owns_it(
+    control_plane: ControlPlane, node: Node, publishers: list[SlicePublisher]
+) -> None:
+    """A surge update that changes attributes runs the old and the new driver side by side,
+    both publishing the node's pool. Each sees the other's write as drift; without a rule they
+    rewrite each other every resync delay for as long as both run."""
+    old_devices = [Device(f"vf-{i}", {"nic.topodra.io/version": "1.0.0"}) for i in range(4)]
+    new_devices = [Device(f"vf-{i}", {"nic.topodra.io/version": "1.1.0"}) for i in range(4)]
+    old = publisher(control_plane, node, old_devices, publishers, kind="nic", resync_delay=0.5)
+    assert old.wait_synced(30), old.status()
+    new = publisher(control_plane, node, new_devices, publishers, kind="nic", resync_delay=0.5)
+
+    def versions() -> set[str]:
+        items = stored(control_plane, NIC, node.name)
+        return {
+            d["attributes"]["nic.topodra.io/version"]["string"] for o in items for d in o["spec"]["devices"]
+        }
+
+    assert _eventually(lambda: versions() == {"1.1.0"}, 30), versions()
+    time.sleep(2)  # the old instance has seen the new one's write by now
+    before = fingerprint(stored(control_plane, NIC, node.name))
+    time.sleep(10)  # a fight at 2 writes/s would rewrite the slice ~20 times here
+    assert fingerprint(stored(control_plane, NIC, node.name)) == before, (writes(old), writes(new))
+    assert versions() == {"1.1.0"}
+    assert writes(new) == {"update": 1}

@@ -4,7 +4,8 @@ Used only where the real kube-apiserver cannot produce the situation on demand (
 Retry-After, a 422 for list attributes, dropped fields, a precisely timed failure). It keeps the
 server semantics the publisher relies on: generateName, resourceVersion preconditions (409),
 NotFound on delete, field-selector filtering, watch from a resourceVersion and 410 Gone.
-Everything else is tested against the real API server in tests/controlplane.
+Everything else is tested against the real API server in tests/controlplane. Its watch waits in
+the given clock's time (tests/kit/clock.py), like the publisher.
 """
 
 from __future__ import annotations
@@ -12,19 +13,20 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from topodra.common.clock import SYSTEM, Clock
 from topodra.common.kubeapi.errors import ApiError
 
 Fault = Callable[[str, Mapping[str, Any] | None], ApiError | None]
 
 
 class FakeSliceApi:
-    def __init__(self, node_uid: str = "node-uid-1") -> None:
+    def __init__(self, node_uid: str = "node-uid-1", clock: Clock = SYSTEM) -> None:
         self.node_uid = node_uid
+        self.clock = clock
         self.objects: dict[str, dict[str, Any]] = {}
         self.calls: Counter[str] = Counter()
         self.call_times: list[tuple[float, str]] = []
@@ -104,7 +106,7 @@ class FakeSliceApi:
 
     def _enter(self, verb: str, body: Mapping[str, Any] | None) -> None:
         self.calls[verb] += 1
-        self.call_times.append((time.monotonic(), verb))
+        self.call_times.append((self.clock.monotonic(), verb))
         for fault in list(self.faults):
             err = fault(verb, body)
             if err is not None:
@@ -132,7 +134,7 @@ class _Watch:
         self._api = api
         self._selector = selector
         self._since = since
-        self._deadline = time.monotonic() + timeout
+        self._deadline = api.clock.monotonic() + timeout
         self._stopped = False
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -140,11 +142,11 @@ class _Watch:
         if self._since < api.oldest_watchable:
             raise ApiError("watch", 410, "too old resource version")
         sent = self._since
-        while not self._stopped and time.monotonic() < self._deadline:
+        while not self._stopped and (left := self._deadline - api.clock.monotonic()) > 0:
             with api._cond:
                 pending = [e for e in api._events if e[0] > sent]
                 if not pending:
-                    api._cond.wait(0.05)
+                    api.clock.wait(api._cond, left)
                     continue
             for rv, kind, obj in pending:
                 sent = rv
@@ -153,6 +155,8 @@ class _Watch:
 
     def stop(self) -> None:
         self._stopped = True
+        with self._api._cond:
+            self._api._cond.notify_all()
 
 
 def _selected(obj: Mapping[str, Any], selector: str) -> bool:
