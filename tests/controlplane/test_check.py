@@ -44,7 +44,7 @@ from tests.conftest import REPO, skip_or_fail
 from tests.controlplane.cluster import ControlPlane, api_resource, running_control_plane
 from tests.controlplane.objects import eventually, pod_body
 from tests.controlplane.processes import free_port
-from tests.synth_trees import SynthTree, synth_builder
+from tests.kit.machines import SynthTree, synth_builder
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 

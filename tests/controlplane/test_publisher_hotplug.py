@@ -36,7 +36,7 @@ from tests.conftest import skip_or_fail
 from tests.controlplane.cluster import ControlPlane, unique_name
 from tests.kit import uevents
 from tests.kit.inventory import wait_for
-from tests.synth_trees import synth_builder
+from tests.kit.machines import synth_builder
 
 pytestmark = pytest.mark.controlplane
 

@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import REPO
 from tests.controlplane.cluster import ControlPlane
-from tests.synth_trees import synth_builder
+from tests.kit.machines import synth_builder
 
 pytestmark = pytest.mark.controlplane
 

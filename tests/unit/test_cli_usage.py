@@ -65,7 +65,7 @@ def test_an_argparse_error_is_one_line_and_a_hint() -> None:
 
 @pytest.fixture(scope="module")
 def machine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.synth_trees import synth_builder
+    from tests.kit.machines import synth_builder
 
     return synth_builder(tmp_path_factory, "usage")("1s-4acc").root
 

@@ -18,7 +18,7 @@ import pytest
 from topodra.common.synth import shipped_spec_names
 
 from tests.conftest import skip_or_fail
-from tests.synth_trees import SynthTree, synth_builder
+from tests.kit.machines import SynthTree, synth_builder
 
 SYNTH_NAMES = shipped_spec_names()
 

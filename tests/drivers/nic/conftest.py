@@ -24,7 +24,7 @@ from topodra.common.runtime.driver import ClaimRef
 from topodra.common.synth import shipped_spec_names
 
 from tests.conftest import skip_or_fail
-from tests.synth_trees import SynthTree, synth_builder
+from tests.kit.machines import SynthTree, synth_builder
 
 SYNTH_NAMES = shipped_spec_names()
 

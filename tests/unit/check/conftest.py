@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.check_kit import SPEC, foreign_slices, manifest, topodra_slices
-from tests.synth_trees import SynthTree, synth_builder
+from tests.kit.machines import SynthTree, synth_builder
 
 NODE = "check-node"
 

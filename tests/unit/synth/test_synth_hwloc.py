@@ -13,11 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from synth_cases import ALL, Built, spec_of
-from synth_hwloc import HwObj, HwTopology, lstopo_available, parse_xml, run_lstopo
 from topodra.common.synth import Plan, SpecError, build, make_plan, parse_spec
 from topodra.common.synth.spec import LinkSpec
 
 from tests.conftest import skip_or_fail
+from tests.kit import hwloc
+from tests.kit.hwloc import HwObj, HwTopology
 
 pytestmark = pytest.mark.hwloc
 
@@ -32,12 +33,12 @@ LANE_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0}
 
 
 def hwloc_of(built: Built) -> HwTopology:
-    if not lstopo_available():
+    if not hwloc.available():
         skip_or_fail("lstopo-no-graphics (Debian hwloc) is not installed")
-    xml, err = run_lstopo(built.root)
+    xml, err = hwloc.run(built.root)
     # hwloc prints a boxed warning when the OS information contradicts itself
     assert "invalid information" not in err, err
-    return parse_xml(xml)
+    return hwloc.parse(xml)
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +152,7 @@ def cpu_specs(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(raw=cpu_specs())
 def test_random_cpu_layouts_read_back_as_declared(raw: dict[str, Any], synth_base: Path) -> None:
-    if not lstopo_available():
+    if not hwloc.available():
         skip_or_fail("lstopo-no-graphics (Debian hwloc) is not installed")
     try:
         plan = make_plan(parse_spec(raw))

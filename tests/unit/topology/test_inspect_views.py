@@ -23,7 +23,7 @@ from topodra.drivers.cli.inspect_view import build
 from topodra.drivers.cli.main import main
 
 from tests.conftest import REPO
-from tests.synth_trees import SynthTree, synth_builder
+from tests.kit.machines import SynthTree, synth_builder
 
 ATTRIBUTE_ORDER = (
     (Locality.SW, "topology.topodra.io/pcieSwitch"),

@@ -14,7 +14,7 @@ from topodra.drivers.accelerator import selection
 from topodra.drivers.accelerator.options import AcceleratorOptions
 from topodra.drivers.cli.main import main
 
-from tests.unit.topology.sysfs_tree import basic_machine
+from tests.kit.sysfs import basic_machine
 from tests.unit.topology.test_topology_pci import switch_machine
 
 KEYS = {
@@ -204,7 +204,7 @@ def test_a_function_whose_place_is_unknown_has_no_chain_in_json_nor_locality_in_
 def test_slices_socket_follows_packages_resolved_from_contradicting_masks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.unit.topology.sysfs_tree import CPU, mask
+    from tests.kit.sysfs import CPU, mask
 
     tree = basic_machine(tmp_path, cpus=8, packages=2)
     tree.file(f"{CPU}/cpu0/topology/package_cpus", mask([0, 1]))  # CPUs 1-3 and the ids say 0-3

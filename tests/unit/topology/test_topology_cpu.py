@@ -8,7 +8,7 @@ import pytest
 from topodra.common.topology import NotASysfsTree, discover
 from topodra.common.topology.model import Cache, Cpu, NumaNode, Topology
 
-from tests.unit.topology.sysfs_tree import CPU, NODE, Tree, basic_machine, mask
+from tests.kit.sysfs import CPU, NODE, Tree, basic_machine, mask
 
 
 def cpu(t: Topology, n: int) -> Cpu:

@@ -17,8 +17,8 @@ from topodra.common.topology.jsonview import to_json
 from topodra.common.topology.model import Topology
 
 from tests.conftest import FixtureTrees, fixture_names, skip_or_fail
-from tests.unit.topology import hwloc_view
-from tests.unit.topology.expected_view import expected_view, normalized
+from tests.kit import hwloc
+from tests.kit.expected import expected_view, normalized
 
 NAMES = fixture_names()
 SECTIONS = ("cpus", "complete_cpus", "packages", "numa", "caches", "cores", "pci", "net")
@@ -49,14 +49,14 @@ def test_capture_of_a_fixture_reproduces_its_json(
 @pytest.mark.hwloc
 @pytest.mark.parametrize("name", NAMES)
 def test_agrees_with_hwloc(fixture_trees: FixtureTrees, name: str) -> None:
-    if not hwloc_view.available():
+    if not hwloc.available():
         skip_or_fail("lstopo-no-graphics (Debian package hwloc) is not installed")
     check_against_hwloc(fixture_trees.root(name))
 
 
 def check_against_hwloc(root: Path) -> None:
     """lstopo and discover() on the same tree: PUs, packages, cores, caches, NUMA nodes, PCI."""
-    h = hwloc_view.read(root)
+    h = hwloc.view(root)
     t = discover(root)
     assert h.pus == t.usable_cpus()
     assert h.packages == frozenset(p.cpus for p in t.packages)
@@ -66,12 +66,12 @@ def check_against_hwloc(root: Path) -> None:
     check_pci_against_hwloc(h, t)
 
 
-def check_pci_against_hwloc(h: hwloc_view.HwlocView, t: Topology) -> None:
+def check_pci_against_hwloc(h: hwloc.HwlocView, t: Topology) -> None:
     # Debian's hwloc is built without 32-bit PCI domains and skips them (VMD, 10000:...)
     assert h.pci == frozenset(p.address for p in t.pci_devices if len(p.address.split(":")[0]) == 4)
 
 
-def check_numa_against_hwloc(h: hwloc_view.HwlocView, t: Topology) -> None:
+def check_numa_against_hwloc(h: hwloc.HwlocView, t: Topology) -> None:
     if not t.numa_nodes:
         assert h.numa_ids == frozenset({0})  # hwloc invents one node where sysfs lists none
         return

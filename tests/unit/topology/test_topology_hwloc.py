@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import skip_or_fail
-from tests.unit.topology import hwloc_view
-from tests.unit.topology.sysfs_tree import basic_machine
+from tests.kit import hwloc
+from tests.kit.sysfs import basic_machine
 from tests.unit.topology.test_topology_fixtures import check_against_hwloc
 from tests.unit.topology.test_topology_pci import switch_machine
 
@@ -16,7 +16,7 @@ from tests.unit.topology.test_topology_pci import switch_machine
 @pytest.mark.hwloc
 @pytest.mark.parametrize("shape", ["1p4c", "2p2c2t", "switches"])
 def test_hand_made_trees_agree_with_hwloc(tmp_path: Path, shape: str) -> None:
-    if not hwloc_view.available():
+    if not hwloc.available():
         skip_or_fail("lstopo-no-graphics (Debian package hwloc) is not installed")
     if shape == "1p4c":
         basic_machine(tmp_path, cpus=4)

@@ -8,7 +8,7 @@ from topodra.common.topology import discover
 from topodra.common.topology.locality import Locality, locality
 from topodra.common.topology.model import PciFunction, Topology
 
-from tests.unit.topology.sysfs_tree import Tree, basic_machine
+from tests.kit.sysfs import Tree, basic_machine
 
 RP = "pci0000:00/0000:00:01.0"  # a root port
 USP = f"{RP}/0000:01:00.0"  # switch upstream port

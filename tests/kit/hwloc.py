@@ -1,8 +1,10 @@
-"""Running Debian's lstopo on a tree and reading its XML into plain Python data.
+"""Debian's hwloc (lstopo-no-graphics) as an independent reader of a sysfs tree.
 
-hwloc is the independent reader here: nothing in topodra parses these trees for these tests.
-The x86 component is switched off (HWLOC_COMPONENTS=-x86) because it runs CPUID on the test
-machine and would annotate the synthetic packages with the host CPU's model and caches.
+Nothing in topodra parses these trees for the tests that use this: `run` gives lstopo's XML,
+`parse` its object tree (for the synthetic machines' own checks), `view` a summary in our terms
+(for discovery's cross-check on captured machines). The x86 component is switched off
+(HWLOC_COMPONENTS=-x86): it runs CPUID on the test machine and would mix the host CPU's model
+and caches into the tree being read.
 """
 
 from __future__ import annotations
@@ -15,29 +17,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 LSTOPO = "lstopo-no-graphics"
+_CACHE_TYPES = {"0": "unified", "1": "data", "2": "instruction"}
 
 
-def lstopo_available() -> bool:
+def available() -> bool:
     return shutil.which(LSTOPO) is not None
 
 
-def run_lstopo(root: Path) -> tuple[str, str]:
+def run(root: Path, *, disallowed: bool = False) -> tuple[str, str]:
+    """lstopo's XML for the tree and its stderr; `disallowed` keeps CPUs the tree marks offline."""
     env = {**os.environ, "HWLOC_FSROOT": str(root), "HWLOC_COMPONENTS": "-x86"}
-    out = subprocess.run(
-        [LSTOPO, "--of", "xml", "--whole-io", "-"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    env.pop("HWLOC_XMLFILE", None)
+    args = [LSTOPO, "--of", "xml", "--whole-io", *(["--disallowed"] if disallowed else []), "-"]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, check=True)
     return out.stdout, out.stderr
 
 
-def parse_cpuset(text: str) -> frozenset[int]:
-    """hwloc bitmaps: comma-separated 32-bit hex words, most significant first (`0x000000ff,0xffffffff`)."""
+def parse_cpuset(text: str | None) -> frozenset[int]:
+    """hwloc bitmaps: comma-separated 32-bit hex words, most significant first
+    (`0x000000ff,0xffffffff`; an empty word is zero)."""
     value = 0
-    for word in text.split(","):
+    for word in (text or "").split(","):
         value = (value << 32) | int(word.removeprefix("0x") or "0", 16)
     return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
 
@@ -52,7 +52,7 @@ class HwObj:
 
     @property
     def cpuset(self) -> frozenset[int]:
-        return parse_cpuset(self.attrs["cpuset"])
+        return parse_cpuset(self.attrs.get("cpuset"))
 
     def ancestors(self) -> list[HwObj]:
         out = []
@@ -76,7 +76,7 @@ class HwTopology:
         return {o.attrs["pci_busid"]: o for o in self.objects if "pci_busid" in o.attrs}
 
 
-def parse_xml(text: str) -> HwTopology:
+def parse(text: str) -> HwTopology:
     root = ET.fromstring(text)
     objects: list[HwObj] = []
 
@@ -105,3 +105,43 @@ def parse_xml(text: str) -> HwTopology:
             (parse_cpuset(k.attrib["cpuset"]), {i.attrib["name"]: i.attrib["value"] for i in k.iter("info")})
         )
     return HwTopology(objects=objects, distances=distances, cpukinds=kinds)
+
+
+@dataclass(frozen=True)
+class HwlocView:
+    """What hwloc found, in the terms discovery is checked in."""
+
+    pus: tuple[int, ...]
+    packages: frozenset[tuple[int, ...]]
+    cores: frozenset[tuple[int, ...]]
+    caches: frozenset[tuple[int, str, tuple[int, ...]]]
+    numa_ids: frozenset[int]
+    numa_cpus: dict[int, tuple[int, ...]]
+    pci: frozenset[str]
+
+
+def view(root: Path) -> HwlocView:
+    topo = parse(run(root, disallowed=True)[0])
+
+    def cpus(o: HwObj) -> tuple[int, ...]:
+        return tuple(sorted(o.cpuset))
+
+    caches = {
+        (int(o.attrs["depth"]), _CACHE_TYPES.get(o.attrs.get("cache_type", "0"), "?"), cpus(o))
+        for o in topo.objects
+        if o.type.endswith("Cache") and o.attrs.get("depth")
+    }
+    numa = {int(o.attrs.get("os_index", "-1")): cpus(o) for o in topo.of("NUMANode")}
+    return HwlocView(
+        pus=tuple(sorted(int(o.attrs.get("os_index", "-1")) for o in topo.of("PU"))),
+        packages=frozenset(cpus(o) for o in topo.of("Package")),
+        cores=frozenset(cpus(o) for o in topo.of("Core")),
+        caches=frozenset(caches),
+        numa_ids=frozenset(numa),
+        numa_cpus=numa,
+        pci=frozenset(
+            o.attrs["pci_busid"].lower()
+            for o in topo.objects
+            if o.type in ("PCIDev", "Bridge") and o.attrs.get("pci_busid")
+        ),
+    )
