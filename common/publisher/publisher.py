@@ -16,7 +16,9 @@ Two instances of one driver on one node (a surge rollout whose new version publi
 attributes) would each repair the other's writes forever. Every slice we write names its writer
 in the annotation `<driver>/publisher` (start time, then a random id: later sorts higher). A
 foreign change signed by a newer instance makes us stand back, first for `defer_initial`
-seconds, doubling up to `defer_max`, so the newest instance owns the pool; a foreign change by
+seconds, doubling up to `defer_max` (it starts over only after a quiet `defer_max`: our own
+retry being answered is no reason to retry sooner), so the newest instance owns the pool; a
+sync that wrote does not write again over a newer instance's answer; a foreign change by
 anyone else is repaired after `resync_delay`, and when such changes keep coming the delay
 doubles up to `foreign_max` (it starts over after a quiet `foreign_max`).
 """
@@ -121,6 +123,8 @@ class SlicePublisher:
         self._owner_key = f"{driver_name}/publisher"
         self._defer_backoff = Backoff(defer_initial, defer_max)
         self._defer_until = 0.0
+        self._defer_quiet = defer_max
+        self._defer_at = float("-inf")
         self._deferring_to: str | None = None
         self._foreign_backoff = Backoff(resync_delay, foreign_max)
         self._foreign_quiet = foreign_max
@@ -308,6 +312,7 @@ class SlicePublisher:
                 if found - self._disabled:
                     self._feature_off(found - self._disabled, "stored slices")
                 self._adopted = True
+        wrote = False
         for _ in range(5):  # a pass writes; the next must find nothing left to do
             with self._cond:
                 specs = self._specs
@@ -326,6 +331,10 @@ class SlicePublisher:
                 self._succeeded(plan)
                 return
             with self._cond:
+                newer = _newest_writer(existing, self._owner_key)
+                if wrote and newer is not None and newer > self.instance:
+                    # its answer to our write came in while we wrote: stand back as for an event
+                    self._stand_back(newer, "")
                 wait = self._defer_until - self._clock.monotonic()
                 if wait > 0:  # a newer instance owns the pool for now
                     self._trigger(wait)
@@ -342,6 +351,7 @@ class SlicePublisher:
             )
             with self._cond:
                 self._writing = True
+            wrote = True
             try:
                 self._execute(plan)
             finally:
@@ -451,7 +461,6 @@ class SlicePublisher:
             self._generation = plan.generation
             self._synced = self._due is None
             self._deferring_to, self._defer_until = None, 0.0  # the pool says what we would say
-            self._defer_backoff.reset()
             self._cond.notify_all()
         if self._on_status is not None:
             try:
@@ -560,18 +569,7 @@ class SlicePublisher:
         newer instance of this driver, or slow down when the changes keep coming."""
         now = self._clock.monotonic()
         if isinstance(writer, str) and writer > self.instance:
-            delay = self._defer_backoff.next_delay()
-            self._defer_until = now + delay
-            if self._deferring_to != writer:
-                self._log.warning(
-                    "a newer instance publishes this pool; standing back",
-                    slice=name,
-                    newer=writer,
-                    instance=self.instance,
-                    retry_in=round(delay, 1),
-                )
-            self._deferring_to = writer
-            self._trigger(delay)
+            self._stand_back(writer, name)
             return
         if self._foreign_round:
             return  # one repair serves a burst of changes
@@ -590,6 +588,26 @@ class SlicePublisher:
             writer=writer,
             retry_in=round(delay, 2),
         )
+        self._trigger(delay)
+
+    def _stand_back(self, writer: str, name: str) -> None:
+        """Leave the pool to a newer instance for the next delay of the defer backoff (caller
+        holds _cond)."""
+        now = self._clock.monotonic()
+        if now - self._defer_at > self._defer_quiet:
+            self._defer_backoff.reset()
+        self._defer_at = now
+        delay = self._defer_backoff.next_delay()
+        self._defer_until = now + delay
+        if self._deferring_to != writer:
+            self._log.warning(
+                "a newer instance publishes this pool; standing back",
+                slice=name,
+                newer=writer,
+                instance=self.instance,
+                retry_in=round(delay, 1),
+            )
+        self._deferring_to = writer
         self._trigger(delay)
 
     def _merge_list(self, items: Sequence[dict[str, Any]], version: str) -> None:
@@ -654,6 +672,16 @@ def _int(version: Any) -> int:
 
 def _version(obj: Mapping[str, Any]) -> int:
     return _int((obj.get("metadata") or {}).get("resourceVersion"))
+
+
+def _newest_writer(slices: Sequence[Mapping[str, Any]], key: str) -> str | None:
+    """The latest instance that signed one of `slices` (instance ids sort by start time)."""
+    signed = [
+        w
+        for o in slices
+        if isinstance(w := ((o.get("metadata") or {}).get("annotations") or {}).get(key), str)
+    ]
+    return max(signed, default=None)
 
 
 def _newer(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
