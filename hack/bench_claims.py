@@ -8,8 +8,8 @@
 Each prepare includes the full path: claim GET, checks, two checkpoint writes (temp file fsync,
 rename, folder fsync), the CDI spec write (temp + rename; not synced: rebuilt from the
 checkpoint on every start), and the matching unprepare is timed separately. The driver is a
-trivial one (one env edit per device), so the figures are the runtime's own cost. Issue 4
-targets: p99 <= 5 ms without the GET, <= 10 ms with a real API server; >= 500 claims/s with 64
+trivial one (one env edit per device), so the figures are the runtime's own cost.
+Targets: p99 <= 5 ms without the GET, <= 10 ms with a real API server; >= 500 claims/s with 64
 concurrent claims.
 """
 

@@ -9,7 +9,7 @@ The vendor shapes are written here from the drivers' public attribute documentat
 as they stood when this was written (values are computed from the synthetic machine's manifest,
 i.e. what `topodra synth` declared, never from topodra's discovery):
 
-- `gpu.nvidia.com` (NVIDIA DRA driver for GPUs, docs/reference/resourceslice-attributes.md):
+- `gpu.nvidia.com` (NVIDIA DRA driver for GPUs, its attribute reference):
   bare `type`, `uuid`, `productName`, `brand`, `architecture`, `cudaComputeCapability`,
   `driverVersion`; `resource.kubernetes.io/pciBusID`, `pcieRoot`, and `numaNode` when known. No
   switch. Plus one GPU that fell off the bus (its pciBusID names no function of the machine),

@@ -5,7 +5,7 @@
     plugin.update_containers([...])   # unsolicited changes (never from inside a handler call)
     plugin.stop()
 
-The handshake (kubelet-dra-facts.md §9): the plugin calls `Runtime.RegisterPlugin(name, index)`;
+The handshake (docs/design/nri.md): the plugin calls `Runtime.RegisterPlugin(name, index)`;
 the runtime answers, calls `Plugin.Configure` (the plugin says which events it wants) and then
 `Plugin.Synchronize` with every pod and container it knows, possibly in parts (`more`), and
 from then on the subscribed events. A plugin slower than the runtime's request timeout (2 s by

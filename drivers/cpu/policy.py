@@ -1,6 +1,6 @@
 """Which exclusive CPUs of one device a claim gets: a pure function of the device and what is free.
 
-The order of preference (issue 6) is lexicographic:
+The order of preference is lexicographic:
 
 1. whole cores: as many of the CPUs as possible come as complete free cores, so the claim
    shares no physical core with another claim (SMT siblings fight over the same pipelines);

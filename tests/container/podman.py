@@ -1,6 +1,6 @@
 """Real containers for tests: Debian's podman with runc, a busybox image built without a registry.
 
-Recipe from ../shared/spec/container-runtime-here.md: `crun` fails on this host's cgroup setup, so
+What works on this host: `crun` fails on this host's cgroup setup, so
 every run uses `--runtime runc --cgroup-manager cgroupfs`, and the two `--ulimit` flags keep runc
 from failing on rlimits. podman reads CDI specs from /etc/cdi and /var/run/cdi (cdiVersion up to
 0.5.0 in podman 4.3).

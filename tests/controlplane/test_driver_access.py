@@ -1,8 +1,8 @@
-"""Issue 3, test 4: the RBAC and ValidatingAdmissionPolicy in deploy/base are enough and no more.
+"""The RBAC and ValidatingAdmissionPolicy in deploy/base are enough and no more.
 
 Each driver's token (a pod-bound ServiceAccount token that names its node, as the kubelet
 projects it) may write its own node's slices, is denied by the policy for any other node or
-driver, and holds exactly the permissions listed in facts §7.3 beyond what every authenticated
+driver, and holds exactly the permissions listed in docs/design/access.md beyond what every authenticated
 ServiceAccount has.
 """
 
@@ -34,8 +34,8 @@ pytestmark = pytest.mark.controlplane
 
 POLICY = "topodra-resourceslices-own-node"
 
-# facts §7.3, written out here rather than read from deploy/: the test is the spec's check on the
-# manifests. (group, resource, verb, resourceName or "*")
+# docs/design/access.md, written out here rather than read from deploy/: the test is the
+# document's check on the manifests. (group, resource, verb, resourceName or "*")
 Rule = tuple[str, str, str, str]
 # Only what the code calls: claims by name (GET), its slices listed, watched and written whole
 # (POST, PUT, DELETE), the Node by name.

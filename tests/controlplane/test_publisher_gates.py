@@ -1,6 +1,7 @@
-"""The publisher on an API server with the DRA feature gates off that drop slice fields (§4.5):
-taints, consumable capacity, partitionable devices; list attributes (alpha, off by default in
-1.37) fail the write instead. A separate control plane, since the shared one has them on."""
+"""The publisher on an API server with the DRA feature gates off that drop slice fields
+(docs/design/resourceslices.md): taints, consumable capacity, partitionable devices; list
+attributes (alpha, off by default in 1.37) fail the write instead. A separate control plane,
+since the shared one has them on."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ KIND_UP = REPO / "hack" / "kind-up.sh"
 KIND_E2E = REPO / "hack" / "kind-e2e.sh"
 KIND_CONFIG = REPO / "hack" / "kind" / "cluster.yaml"
 SCRIPTS = (KIND_UP, KIND_E2E, REPO / "hack" / "build-tools.sh")
-# Gates the config may name: each must exist in every release from 1.34 (facts §4.6) or the
+# Gates the config may name: each must exist in every release from 1.34 (docs/design/resourceslices.md) or the
 # components of an older node image refuse to start.
 GATES_SINCE_134 = {
     "DRAConsumableCapacity",

@@ -1,4 +1,4 @@
-"""Issue 3, test 2: the examples in deploy/examples, with their pods, on the real scheduler.
+"""The examples in deploy/examples, with their pods, on the real scheduler.
 
 Every example with a constraint (numaNode, pcieRoot, pcieSwitch alignment; distinctAttribute
 spread) is allocated and every allocation honours its constraint, checked here from the

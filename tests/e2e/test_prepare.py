@@ -1,4 +1,4 @@
-"""Issue 3, test 3: claims the real scheduler allocated are prepared on the chosen node's drivers
+"""Claims the real scheduler allocated are prepared on the chosen node's drivers
 through the kubelet-side test client (each driver GETs the claim from the API server with its
 own node-bound token; the scheduler put the pod into reservedFor), real containers (podman +
 runc) consume the CDI specs, and unprepare releases everything.

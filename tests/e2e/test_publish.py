@@ -1,4 +1,4 @@
-"""Issue 3, test 1: every driver publishes its slices for several simulated nodes, each node with
+"""Every driver publishes its slices for several simulated nodes, each node with
 its own sysfs root and its own node-bound driver tokens; the API server accepts all of them
 (what is stored equals what `topodra slices` computes for that root), and an idle fleet makes
 zero writes (counted by an independent admin watch, not by the drivers)."""

@@ -1,4 +1,4 @@
-"""Issue 3, test 5: kubelet and control-plane behaviour the drivers must survive, without restarts.
+"""Kubelet and control-plane behaviour the drivers must survive, without restarts.
 
 - A kubelet starting up deletes all ResourceSlices of its node (DeleteCollection with field
   selector spec.nodeName=<node>); the drivers must republish them within 5 s. That bound is a

@@ -1,4 +1,4 @@
-"""A kubelet stand-in that talks to a plugin exactly the way the kubelet does (shared spec §2.2).
+"""A kubelet stand-in that talks to a plugin exactly the way the kubelet does (docs/design/kubelet.md).
 
 Registration: find sockets in `plugins_registry` like the plugin watcher (skip dot files and
 non-sockets), dial, `GetInfo` with a 1 s deadline, check the type, pick the first entry of the

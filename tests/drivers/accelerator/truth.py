@@ -53,7 +53,8 @@ def raw_link(root: Path, bdf: str, name: str) -> str | None:
 
 
 def upstream_pcie_root(root: Path, bdf: str) -> str | None:
-    """facts §6.2, written again: readlink the bus entry, first component under devices/."""
+    """pcieRoot as docs/design/resourceslices.md defines it, written again: readlink the bus
+    entry, first component under devices/."""
     try:
         target = os.readlink(root / "sys/bus/pci/devices" / bdf)
     except OSError:

@@ -3,7 +3,8 @@
 Valid: the publisher's validation leaves nothing out and the Kubernetes API schema (strict)
 accepts every slice. True: devices, capacities, numaNode, socket, SMT and L3 values equal what
 the machine's independent description (expected.json checked against hwloc, or the synthetic
-machine's manifest) says, and list-form numaNode equals §6.3 computed from the raw sysfs files.
+machine's manifest) says, and list-form numaNode equals the upstream rule
+(docs/design/resourceslices.md) computed from the raw sysfs files.
 """
 
 from __future__ import annotations

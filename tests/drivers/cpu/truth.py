@@ -3,8 +3,8 @@
 The captured trees come with `*.expected.json` (checked against hwloc), synthetic trees with
 `synth-manifest.json` (the declared machine); both list usable CPUs, packages, NUMA nodes, cores
 and caches. The checks here rebuild the device layout from that description alone, and compute
-the list form of numaNode (facts §6.3) straight from the sysfs files the way the upstream helper
-reads them, so the driver is never only compared with its own topology library.
+the list form of numaNode (docs/design/resourceslices.md) straight from the sysfs files the way
+the upstream helper reads them, so the driver is never only compared with its own topology library.
 """
 
 from __future__ import annotations
@@ -141,8 +141,8 @@ def _expand(text: str) -> list[int]:
 
 
 def upstream_numa_list(root: Path, node: int, m: Machine) -> tuple[int, ...]:
-    """§6.3 read literally from the files: distance row, min distance, socket of each candidate
-    from the first CPU of its cpulist, candidates on a known other socket dropped, [N] on any
+    """The list-form rule read literally from the files: distance row, min distance, socket of
+    each candidate from the first CPU of its cpulist, candidates on a known other socket dropped, [N] on any
     read failure. The one deliberate difference from upstream: a socket is the package as the
     kernel's masks (and hwloc) group CPUs, from the description, not `physical_package_id`."""
     base = root / "sys/devices/system/node"

@@ -62,7 +62,8 @@ def sysfs_text(root: Path, rel: str) -> str | None:
 
 
 def upstream_pcie_root(root: Path, bdf: str) -> str | None:
-    """facts §6.2, written again here: readlink the bus entry, first component under devices/."""
+    """pcieRoot as docs/design/resourceslices.md defines it, written again here: readlink the
+    bus entry, first component under devices/."""
     if not PCI_BUS_ID.match(bdf):
         return None
     link = root / "sys/bus/pci/devices" / bdf

@@ -1,7 +1,7 @@
 """The NRI and ttrpc messages match the upstream wire contract.
 
 Field numbers and types below are the upstream facts (containerd/nri pkg/api/api.proto and
-containerd/ttrpc request.proto; kubelet-dra-facts.md §9 lists the handshake ones). A drift in the
+containerd/ttrpc request.proto; docs/design/nri.md lists the handshake ones). A drift in the
 .proto or in the generated code fails here; the real-runtime test (tests/node/test_nri.py)
 checks that containerd agrees.
 """

@@ -1,4 +1,4 @@
-"""CDI spec documents: minimum cdiVersion per field (§8.1), name rules (§8.4), the file writer."""
+"""CDI spec documents: minimum cdiVersion per field and name rules (docs/design/cdi.md), the file writer."""
 
 from __future__ import annotations
 

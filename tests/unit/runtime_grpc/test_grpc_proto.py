@@ -1,7 +1,8 @@
 """The committed protobuf modules match the .proto sources and the upstream wire contract.
 
-Field numbers, types and full names below are the upstream facts (shared spec §1.3, §2.1, §3.2);
-a drift in either the .proto or the generated code fails here.
+Field numbers, types and full names below are the upstream facts, written out here
+(docs/design/kubelet.md names the services); a drift in either the .proto or the generated code
+fails here.
 """
 
 from __future__ import annotations

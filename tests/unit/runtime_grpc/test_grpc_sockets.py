@@ -1,4 +1,4 @@
-"""Socket names (shared spec §1.6), length limits and stale-file handling."""
+"""Socket names (docs/design/kubelet.md), length limits and stale-file handling."""
 
 from __future__ import annotations
 
