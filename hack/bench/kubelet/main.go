@@ -12,6 +12,10 @@
 //     unprepared; claims per second over the prepares.
 //   - rounds: -rounds times, the first -concurrency claims at once from nothing held, then
 //     unprepared; claims per second of each round.
+//   - held: the claims after the first -concurrency, up to -hold of them, prepared and kept
+//     (not timed), then -rounds rounds as above while they are held, then all unprepared.
+//
+// -phases picks which run, in this order (default: latency,sustained,rounds).
 package main
 
 import (
@@ -39,6 +43,9 @@ type figures struct {
 	ClaimsPerS      float64   `json:"claims_per_s"`
 	ClaimsPerSRound []float64 `json:"claims_per_s_rounds"`
 	RoundsMedian    float64   `json:"claims_per_s_rounds_median"`
+	Held            int       `json:"held,omitempty"`
+	HeldRounds      []float64 `json:"claims_per_s_rounds_held,omitempty"`
+	HeldMedian      float64   `json:"claims_per_s_rounds_held_median,omitempty"`
 }
 
 type latency struct {
@@ -57,7 +64,18 @@ func main() {
 	warmup := flag.Int("warmup", 20, "first sequential prepares not counted")
 	concurrency := flag.Int("concurrency", 64, "calls in flight")
 	rounds := flag.Int("rounds", 5, "rounds of -concurrency prepares from nothing held")
+	hold := flag.Int("hold", 1000, "claims held during the held phase")
+	phases := flag.String("phases", "latency,sustained,rounds", "comma-separated: latency, sustained, rounds, held")
 	flag.Parse()
+	run := map[string]bool{}
+	for _, p := range strings.Split(*phases, ",") {
+		switch p {
+		case "latency", "sustained", "rounds", "held":
+			run[p] = true
+		default:
+			fail("unknown phase %q", p)
+		}
+	}
 	if *socket == "" {
 		fail("-socket is required")
 	}
@@ -70,20 +88,41 @@ func main() {
 	client := drapb.NewDRAPluginClient(conn)
 
 	out := figures{Client: "go"}
-	out.Latency = sequential(client, claims[:min(*nLatency, len(claims))], *warmup)
-	out.ClaimsPerS = throughput(client, claims, *concurrency)
-	first := claims[:min(*concurrency, len(claims))]
-	for r := 0; r < *rounds; r++ {
-		out.ClaimsPerSRound = append(out.ClaimsPerSRound, throughput(client, first, *concurrency))
+	if run["latency"] {
+		out.Latency = sequential(client, claims[:min(*nLatency, len(claims))], *warmup)
 	}
-	sorted := append([]float64(nil), out.ClaimsPerSRound...)
-	sort.Float64s(sorted)
-	if len(sorted) > 0 {
-		out.RoundsMedian = sorted[len(sorted)/2]
+	if run["sustained"] {
+		out.ClaimsPerS = throughput(client, claims, *concurrency)
+	}
+	first := claims[:min(*concurrency, len(claims))]
+	if run["rounds"] {
+		for r := 0; r < *rounds; r++ {
+			out.ClaimsPerSRound = append(out.ClaimsPerSRound, throughput(client, first, *concurrency))
+		}
+		out.RoundsMedian = median(out.ClaimsPerSRound)
+	}
+	if run["held"] {
+		held := claims[len(first):min(len(first)+*hold, len(claims))]
+		each(held, *concurrency, func(c claim) { prepare(client, c) })
+		out.Held = len(held)
+		for r := 0; r < *rounds; r++ {
+			out.HeldRounds = append(out.HeldRounds, throughput(client, first, *concurrency))
+		}
+		out.HeldMedian = median(out.HeldRounds)
+		each(held, *concurrency, func(c claim) { unprepare(client, c) })
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
 		fail("write figures: %v", err)
 	}
+}
+
+func median(values []float64) float64 {
+	sorted := append([]float64(nil), values...)
+	sort.Float64s(sorted)
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[len(sorted)/2]
 }
 
 func readClaims() []claim {
