@@ -202,6 +202,13 @@ def placement_rows(d: Figures | None) -> list[Row]:
     ]
 
 
+def peer_rows(d: Figures | None) -> list[Row]:
+    """topodra against its Go peers (hack/bench-peer): ratio topodra / peer per row."""
+    from hack.bench import versus
+
+    return [Row("vs Go peer", r.figure, r.value, r.target, versus.SOURCE) for r in versus.lines(d)]
+
+
 def markdown(rows: Sequence[Row]) -> str:
     lines = ["| area | figure | value | target | from |", "|---|---|---|---|---|"]
     for r in rows:

@@ -1,0 +1,185 @@
+"""topodra against its Go peers (hack/bench-peer): repeated samples in, ratios and table rows out.
+
+Pure: the runner hands over what it measured, per comparison, measure and side, one value per
+repeat plus the 1-minute load average seen while that measure ran; this module takes medians,
+divides topodra by the peer and words each row. A measure that was not taken says so, never a
+made-up number. Ratios are always topodra / peer, so below 1 is better for times, CPU and memory
+and above 1 is better for throughput.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+SOURCE = "hack/bench-peer"
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    key: str
+    label: str
+    unit: str
+    fmt: str
+    target: str  # the issue's goal for the ratio topodra / peer
+    higher_is_better: bool = False
+
+
+MEASURES = (
+    Measure("p50_ms", "NodePrepareResources p50, one call at a time", "ms", ".2f", "<= 1.0x"),
+    Measure("p99_ms", "NodePrepareResources p99, one call at a time", "ms", ".2f", "<= 1.0x"),
+    Measure("cpu_ms", "plugin CPU per prepare+unprepare", "ms", ".2f", "<= 1.0x"),
+    Measure("rate_64", "throughput, 64 in flight, from nothing held", "claims/s", ".0f", ">= 1.5x", True),
+    Measure("rate_64_held", "throughput, 64 in flight, 1000 claims held", "claims/s", ".0f", ">= 1.5x", True),
+    Measure("rss_mib", "RSS after warm-up", "MiB", ".1f", "<= 1.0x"),
+)
+
+INSPECT_PEERS = (("ghw", "ghw (Go)", "<= 1.0x"), ("lstopo", "lstopo", "<= 2x"))
+
+
+def median(values: Sequence[float]) -> float | None:
+    ok = [v for v in values if isinstance(v, int | float) and not math.isnan(v)]
+    return statistics.median(ok) if ok else None
+
+
+def mean(values: Sequence[float]) -> float | None:
+    ok = [v for v in values if isinstance(v, int | float) and not math.isnan(v)]
+    return statistics.fmean(ok) if ok else None
+
+
+def gmean(values: Sequence[float]) -> float | None:
+    ok = [v for v in values if isinstance(v, int | float) and v > 0 and not math.isnan(v)]
+    return math.exp(sum(math.log(v) for v in ok) / len(ok)) if ok else None
+
+
+def summarize(samples: Mapping[str, Any]) -> dict[str, Any]:
+    """One measure of one comparison: {"topodra": [...], "peer": [...], "load": [...]} (one value
+    per repeat) -> medians, the ratio of the medians and the mean load."""
+    ours, theirs = median(samples.get("topodra") or []), median(samples.get("peer") or [])
+    return {
+        "topodra": ours,
+        "peer": theirs,
+        "ratio": ours / theirs if ours is not None and theirs else None,
+        "load": mean(samples.get("load") or []),
+        "repeats": len(samples.get("topodra") or []),
+    }
+
+
+def verdict(ratio: float | None, target: str) -> str:
+    """Whether a ratio meets a target written as '<= 1.0x' or '>= 1.5x' ('' when unknown)."""
+    if ratio is None or not target:
+        return ""
+    op, bound = target.split()
+    limit = float(bound.rstrip("x"))
+    ok = ratio <= limit if op == "<=" else ratio >= limit
+    return "met" if ok else "not met"
+
+
+def _value(s: Mapping[str, Any], m: Measure) -> str:
+    if s.get("ratio") is None:
+        return "n/a"
+    load = "" if s.get("load") is None else f"; load {s['load']:.2f}"
+    return (
+        f"{s['ratio']:.2f}x ({s['topodra']:{m.fmt}} vs {s['peer']:{m.fmt}} {m.unit}{load})"
+        f"{' ' + verdict(s['ratio'], m.target) if verdict(s['ratio'], m.target) == 'not met' else ''}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One row of the comparison: what, topodra / peer as text, the goal."""
+
+    figure: str
+    value: str
+    target: str
+
+
+def comparison_lines(name: str, comparison: Mapping[str, Any] | None) -> list[Line]:
+    """The rows of one plugin comparison (`comparison["measures"][key]` = summarize() output, or
+    `comparison["skipped"][key]` = why a measure was not taken)."""
+    if not comparison:
+        return [Line(f"{name}: topodra / Go peer", "not run", "")]
+    if comparison.get("error"):
+        return [Line(f"{name}: topodra / Go peer", f"failed: {comparison['error']}", "")]
+    measures = comparison.get("measures") or {}
+    skipped = comparison.get("skipped") or {}
+    out = []
+    for m in MEASURES:
+        if m.key in skipped:
+            out.append(Line(f"{name}: {m.label}", f"n/a: {skipped[m.key]}", m.target))
+        elif m.key in measures:
+            out.append(Line(f"{name}: {m.label}", _value(measures[m.key], m), m.target))
+    return out
+
+
+def inspect_summary(rows: Sequence[Mapping[str, Any]], have_lstopo: bool = True) -> dict[str, Any]:
+    """Per peer: geometric means of topodra / peer over the trees (wall and CPU), how many trees
+    meet the goal, the worst tree. ghw only where it read the tree without an error: on the
+    others it stops early and its time says nothing about the same work."""
+    out: dict[str, Any] = {}
+    for key, _, target in INSPECT_PEERS:
+        goal = float(target.split()[1].rstrip("x"))
+        if key == "lstopo" and not have_lstopo:
+            out[key] = {"why": "lstopo-no-graphics not installed (Debian package hwloc)"}
+            continue
+        use = [r for r in rows if key != "ghw" or not r.get("ghw_errors")]
+        if not use:
+            out[key] = {"why": "no tree it could read"}
+            continue
+        wall = [r["topodra_wall"] / r[f"{key}_wall"] for r in use]
+        cpu = [r["topodra_cpu"] / r[f"{key}_cpu"] for r in use if r[f"{key}_cpu"] > 0]
+        worst = max(range(len(use)), key=lambda i: wall[i])
+        out[key] = {
+            "trees": len(use),
+            "gmean_wall": gmean(wall),
+            "gmean_cpu": gmean(cpu),
+            "within_wall": sum(1 for w in wall if w <= goal),
+            "worst": {"tree": use[worst]["tree"], "ratio": wall[worst]},
+        }
+    return out
+
+
+def inspect_lines(d: Mapping[str, Any] | None) -> list[Line]:
+    """`topodra inspect` against ghw and lstopo: geometric means over the trees, worst tree."""
+    if not d:
+        return [Line("`topodra inspect` / ghw, lstopo", "not run", "")]
+    if d.get("error"):
+        return [Line("`topodra inspect` / ghw, lstopo", f"failed: {d['error']}", "")]
+    load = "" if d.get("load") is None else f"; load {d['load']:.2f}"
+    out = []
+    for key, label, target in INSPECT_PEERS:
+        s = d.get(key) or {}
+        figure = f"`topodra inspect` whole process / {label}"
+        if s.get("gmean_wall") is None:
+            out.append(Line(figure, f"n/a: {s.get('why', 'no figures')}", target))
+            continue
+        worst, n = s.get("worst") or {}, s.get("trees")
+        value = (
+            f"{s['gmean_wall']:.2f}x wall, {s['gmean_cpu']:.2f}x CPU (geometric mean of {n} trees; "
+            f"{s['within_wall']} of {n} within the goal; worst {worst.get('ratio', math.nan):.2f}x on "
+            f"{worst.get('tree', '?')}{load})"
+        )
+        out.append(Line(figure, value, target))
+    return out
+
+
+def lines(figures: Mapping[str, Any] | None) -> list[Line]:
+    if not figures:
+        return [Line("topodra / Go peer", "not run", "")]
+    comparisons = figures.get("comparisons") or {}
+    out = []
+    for name, label in (("bench", "bench driver"), ("serve-cpu", "`topodra serve cpu`")):
+        if name in comparisons:
+            out += comparison_lines(label, comparisons[name])
+    if "inspect" in figures:
+        out += inspect_lines(figures["inspect"])
+    return out
+
+
+def text_table(rows: Sequence[Line]) -> str:
+    """The rows as aligned plain text (what the runner prints)."""
+    width = max((len(r.figure) for r in rows), default=0)
+    return "\n".join(f"{r.figure:<{width}}  {r.value}  [goal {r.target or '-'}]" for r in rows)

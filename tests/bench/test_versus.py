@@ -1,0 +1,85 @@
+"""hack/bench-peer's table: medians of repeats, ratios topodra / peer, goals, the inspect summary.
+
+The runner needs the control plane and Go for minutes, so its figures are built here the way it
+builds them (the same functions over per-repeat samples), not run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hack.bench import table, versus
+
+
+def samples(ours: list[float], theirs: list[float], load: float = 2.0) -> dict[str, list[float]]:
+    return {"topodra": ours, "peer": theirs, "load": [load] * (len(ours) + len(theirs))}
+
+
+def comparison() -> dict[str, Any]:
+    raw = {
+        "p50_ms": samples([2.0, 9.0, 2.2], [2.0, 1.0, 2.0]),  # a noisy repeat does not move the median
+        "cpu_ms": samples([1.0, 1.2, 1.1], [1.5, 1.4, 1.6], load=3.0),
+        "rate_64": samples([300, 310, 290], [250, 260, 240]),
+        "rss_mib": samples([40.0], [42.0]),
+    }
+    return {
+        "measures": {k: versus.summarize(v) for k, v in raw.items()},
+        "skipped": {"rate_64_held": "the machine has 128 core devices"},
+    }
+
+
+def test_summarize_takes_medians_and_divides_topodra_by_the_peer() -> None:
+    s = versus.summarize(samples([2.0, 9.0, 2.2], [2.0, 1.0, 2.0], load=1.5))
+    assert (s["topodra"], s["peer"], s["ratio"], s["load"], s["repeats"]) == (
+        2.2,
+        2.0,
+        pytest.approx(1.1),
+        1.5,
+        3,
+    )
+    assert versus.summarize({"topodra": [1.0], "peer": []})["ratio"] is None
+
+
+def test_rows_say_the_ratio_both_figures_the_load_and_a_missed_goal() -> None:
+    rows = {r.figure: r for r in versus.comparison_lines("bench driver", comparison())}
+    p50 = rows["bench driver: NodePrepareResources p50, one call at a time"]
+    assert p50.value == "1.10x (2.20 vs 2.00 ms; load 2.00) not met" and p50.target == "<= 1.0x"
+    cpu = rows["bench driver: plugin CPU per prepare+unprepare"]
+    assert cpu.value == "0.73x (1.10 vs 1.50 ms; load 3.00)"  # met: no remark
+    rate = rows["bench driver: throughput, 64 in flight, from nothing held"]
+    assert rate.value == "1.20x (300 vs 250 claims/s; load 2.00) not met" and rate.target == ">= 1.5x"
+    held = rows["bench driver: throughput, 64 in flight, 1000 claims held"]
+    assert held.value == "n/a: the machine has 128 core devices"
+    assert "bench driver: NodePrepareResources p99, one call at a time" not in rows  # not measured: no row
+    assert [r.value for r in versus.comparison_lines("x", None)] == ["not run"]
+    assert versus.verdict(1.5, ">= 1.5x") == "met" and versus.verdict(1.01, "<= 1.0x") == "not met"
+
+
+def test_ghw_is_compared_only_on_trees_it_read_and_lstopo_on_all() -> None:
+    rows = [
+        {"tree": "a", "ghw_errors": {}, "topodra_wall": 0.04, "ghw_wall": 0.05, "lstopo_wall": 0.01,
+         "topodra_cpu": 0.03, "ghw_cpu": 0.03, "lstopo_cpu": 0.01},
+        {"tree": "b", "ghw_errors": {"topology": "no /proc/cpuinfo"}, "topodra_wall": 0.04, "ghw_wall": 0.001,
+         "lstopo_wall": 0.02, "topodra_cpu": 0.03, "ghw_cpu": 0.001, "lstopo_cpu": 0.01},
+    ]  # fmt: skip
+    got = versus.inspect_summary(rows)
+    assert got["ghw"]["trees"] == 1 and got["ghw"]["gmean_wall"] == pytest.approx(0.8)
+    assert got["ghw"]["within_wall"] == 1
+    assert got["lstopo"]["trees"] == 2 and got["lstopo"]["gmean_wall"] == pytest.approx((4 * 2) ** 0.5)
+    assert got["lstopo"]["worst"] == {"tree": "a", "ratio": pytest.approx(4.0)}
+    assert got["lstopo"]["within_wall"] == 1
+    lines = versus.inspect_lines({"trees": rows, "load": 1.25, **got})
+    assert lines[0].value.startswith("0.80x wall, 1.00x CPU (geometric mean of 1 trees; 1 of 1 within")
+    assert lines[1].value.endswith("worst 4.00x on a; load 1.25)") and lines[1].target == "<= 2x"
+    assert versus.inspect_summary(rows, have_lstopo=False)["lstopo"]["why"].startswith("lstopo-no-graphics")
+
+
+def test_the_benchmark_table_carries_the_peer_rows() -> None:
+    figures = {"comparisons": {"bench": comparison()}}
+    rows = table.peer_rows(figures)
+    assert {r.area for r in rows} == {"vs Go peer"} and {r.source for r in rows} == {"hack/bench-peer"}
+    assert any(r.value.startswith("0.73x") for r in rows)
+    assert "| vs Go peer |" in table.markdown(rows)
+    assert [r.value for r in table.peer_rows(None)] == ["not run"]
