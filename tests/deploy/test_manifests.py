@@ -165,7 +165,9 @@ def test_host_paths_are_the_same_inside(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_downward_api(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in driver_container(DS[kind])["env"]}
+    env = {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in driver_container(DS[kind])["env"] if "valueFrom" in e
+    }
     assert env["NODE_NAME"] == "spec.nodeName"
     assert env["POD_UID"] == "metadata.uid"  # rolling-update socket names
     if kind == "nic":
@@ -175,6 +177,18 @@ def test_downward_api(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POD_UID", "0b3c5a0e-1d2f-4e5a-9b8c-7d6e5f4a3b2c")
     args = serve_args(DS[kind])
     assert (args.node_name, args.pod_uid) == ("node-a", "0b3c5a0e-1d2f-4e5a-9b8c-7d6e5f4a3b2c")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_malloc_arenas(kind: str) -> None:
+    """glibc's per-thread malloc arenas grow a driver's RSS under concurrent prepares; the
+    DaemonSet caps them at two, and so does the image for any other way of running it."""
+    env = {e["name"]: e.get("value") for e in driver_container(DS[kind])["env"]}
+    assert env["MALLOC_ARENA_MAX"] == "2"
+    lines = (DEPLOY.parent / "Dockerfile").read_text().replace("\\\n", " ").splitlines()
+    runtime = lines[max(i for i, line in enumerate(lines) if line.startswith("FROM ")) :]  # the image
+    image_env = [word for line in runtime if line.startswith("ENV ") for word in line.split()[1:]]
+    assert "MALLOC_ARENA_MAX=2" in image_env
 
 
 @pytest.mark.parametrize("kind", ["cpu", "accelerator"])
