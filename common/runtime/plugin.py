@@ -9,7 +9,8 @@
 process (`topodra serve all`). Claim processing lives behind `ClaimProcessor`; publishing
 ResourceSlices behind `Publisher` (common/publisher's SlicePublisher fits it). The plugin runs
 the driver's inventory (common/inventory): the publisher and the health stream follow its
-snapshots, and every unprepare asks it to scan again (a released device may be back on the host).
+snapshots. A driver whose unprepare gives a device back to the host (the NIC driver) asks the
+inventory to scan again itself; an unprepare costs the others no scan.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from topodra.common.device import Device
 from topodra.common.inventory import DevicesTo, Inventory
 from topodra.common.runtime import sockets
 from topodra.common.runtime.draserver import DRAServicer
-from topodra.common.runtime.driver import ClaimRef, Driver
+from topodra.common.runtime.driver import Driver
 from topodra.common.runtime.health import HealthStream
 from topodra.common.runtime.registration import RegistrationServicer
-from topodra.common.runtime.seams import ClaimOutcome, ClaimProcessor
+from topodra.common.runtime.seams import ClaimProcessor
 
 DEFAULT_KUBELET_ROOT = Path("/var/lib/kubelet")
 
@@ -61,24 +62,6 @@ class PluginOptions:
 def plugin_dir(driver_name: str, options: PluginOptions) -> Path:
     """The driver's own folder: `<kubelet root>/plugins/<driver>` unless set explicitly."""
     return options.plugin_dir or options.kubelet_root / "plugins" / sockets.check_driver_name(driver_name)
-
-
-class _RescanAfterUnprepare:
-    """The claim processor as the DRA servicer sees it: an unprepare may give a device back to
-    the host (a NIC out of its pod), so the inventory looks again at once."""
-
-    def __init__(self, processor: ClaimProcessor, inventory: Inventory) -> None:
-        self._processor = processor
-        self._inventory = inventory
-
-    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
-        return self._processor.prepare(claims)
-
-    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
-        try:
-            return self._processor.unprepare(claims)
-        finally:
-            self._inventory.request_rescan()
 
 
 @dataclass(slots=True)
@@ -122,7 +105,7 @@ class Plugin:
         self.dra_socket = sockets.dra_socket(self.plugin_dir, options.pod_uid)
         self.registration_socket = sockets.registration_socket(self.registry_dir, name, options.pod_uid)
         self.registration = RegistrationServicer(name, self.dra_socket)
-        self.dra = DRAServicer(name, _RescanAfterUnprepare(processor, self.inventory))
+        self.dra = DRAServicer(name, processor)
         self.health = HealthStream(
             self.inventory,
             options.pool or options.node_name,

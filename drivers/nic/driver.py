@@ -320,6 +320,13 @@ class NicDriver:
 
     # --- unprepare ----------------------------------------------------------------------------
     def unprepare(self, claim: ClaimRef, preparation: Preparation) -> None:
+        try:
+            self._unprepare(claim, preparation)
+        finally:  # a released interface is back on the host: published again now, not at the next poll
+            if self._inventory is not None:
+                self._inventory.request_rescan()
+
+    def _unprepare(self, claim: ClaimRef, preparation: Preparation) -> None:
         with self._lock:
             atts = [Attachment.from_json(a) for a in preparation.state.get("attachments") or ()]
             if not atts:

@@ -272,6 +272,41 @@ def test_bad_claims_are_refused_with_a_clear_message(tree: Path, tmp_path: Path)
     assert d.held() == {}
 
 
+class RecordingInventory:
+    """The driver's handle on its inventory, recording what the driver asks of it."""
+
+    def __init__(self) -> None:
+        self.rescans = 0
+
+    def request_rescan(self) -> None:
+        self.rescans += 1
+
+    def report_health(self, health: Any, *, valid_for: float) -> None:
+        pass
+
+
+def test_every_unprepare_asks_for_a_scan(tree: Path, tmp_path: Path) -> None:
+    """A released interface is back on the host, to be published again without waiting for the
+    next signature poll; the runtime no longer scans after every driver's unprepare, so the NIC
+    driver asks itself, also when the release failed (part of it may be back)."""
+    d = driver_for(tree, tmp_path)
+    inventory = RecordingInventory()
+    d.bind_inventory(inventory)
+    prep = d.prepare(claim(), [AllocatedDevice("nic", NODE, ENO2, admin_access=True)], [])
+    assert inventory.rescans == 0
+    d.unprepare(claim(), prep)
+    assert inventory.rescans == 1
+    prep = d.prepare(claim(), [AllocatedDevice("nic", NODE, ENO2)], [])
+    fn = tree / "sys/bus/pci/devices/0000:02:00.1"
+    link = os.readlink(fn)
+    move_into_pod(tree, "eno2")
+    fn.unlink()  # gone from the host: the release cannot find it
+    with pytest.raises(PrepareError):
+        d.unprepare(claim(), prep)
+    assert inventory.rescans == 2
+    fn.symlink_to(link)
+
+
 def test_two_devices_cannot_get_the_same_pod_name(
     synth_machine: Callable[[str], SynthTree], tmp_path: Path
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import time
 from pathlib import Path
 
 import grpc
@@ -94,6 +95,23 @@ def test_prepare_and_unprepare_over_v1_and_v1beta1(
         assert {uid: r.error for uid, r in un.claims.items()} == {"uid-1": "", "uid-2": "", "uid-9": ""}
     assert processor.prepared == set()
     assert [op for op, _ in processor.calls] == ["prepare", "prepare", "unprepare", "unprepare"]
+
+
+def test_an_unprepare_costs_no_inventory_scan(make_plugin: PluginFactory, kubelet: KubeletClient) -> None:
+    """Only a driver whose unprepare gives a device back to the host asks for a scan (the NIC
+    driver does, itself); for the others a scan per unprepare was pure cost on every call."""
+    plugin, _, _ = make_plugin()
+    kubelet.register(plugin.registration_socket)
+    for _ in range(3):
+        kubelet.prepare([("ns", "one", "uid-1")])
+        assert kubelet.unprepare([("ns", "one", "uid-1")]).claims["uid-1"].error == ""
+    time.sleep(1.0)  # a requested scan runs within the inventory's 0.2 s debounce
+    assert plugin.inventory.scans["request"] == 0
+    plugin.inventory.request_rescan()  # what the NIC driver asks for: counted when it runs
+    deadline = time.monotonic() + 10
+    while plugin.inventory.scans["request"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert plugin.inventory.scans["request"] == 1
 
 
 def test_a_failing_processor_becomes_per_claim_errors_not_a_grpc_error(
