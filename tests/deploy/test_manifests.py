@@ -165,9 +165,8 @@ def test_host_paths_are_the_same_inside(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_downward_api(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    env = {
-        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in driver_container(DS[kind])["env"] if "valueFrom" in e
-    }
+    fields = [e for e in driver_container(DS[kind])["env"] if "valueFrom" in e]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in fields}
     assert env["NODE_NAME"] == "spec.nodeName"
     assert env["POD_UID"] == "metadata.uid"  # rolling-update socket names
     if kind == "nic":
