@@ -69,16 +69,3 @@ def slice_body(driver: str, node: str, devices: list[dict[str, Any]]) -> dict[st
             "devices": devices,
         },
     }
-
-
-def claim_body(name: str, device_class: str, selector: str | None = None, **exactly: Any) -> dict[str, Any]:
-    """A claim with one request `dev` for one device of the class (extra fields go into `exactly`)."""
-    request: dict[str, Any] = {"deviceClassName": device_class, **exactly}
-    if selector:
-        request["selectors"] = [{"cel": {"expression": selector}}]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {"devices": {"requests": [{"name": "dev", "exactly": request}]}},
-    }

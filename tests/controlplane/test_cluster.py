@@ -19,7 +19,8 @@ import urllib3
 from kubernetes.dynamic import DynamicClient
 
 from tests.controlplane.cluster import FEATURE_GATES, ControlPlane, api_resource, unique_name
-from tests.controlplane.objects import claim_body, device_class_body, eventually, pod_body, slice_body
+from tests.controlplane.objects import device_class_body, eventually, pod_body, slice_body
+from tests.kit.claims import claim_body
 
 pytestmark = pytest.mark.controlplane
 

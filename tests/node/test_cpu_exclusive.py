@@ -34,6 +34,7 @@ from topodra.drivers.cpu.options import CpuOptions
 
 from tests.controlplane.cluster import api_resource
 from tests.controlplane.objects import device_class_body, eventually
+from tests.kit.claims import claim_body
 from tests.node.cpu_host_driver import HostCpuDriver, Sample, cpu_samples, no_cpu_daemonset, watcher
 from tests.node.node import RealNode
 from tests.node.pods import delete_namespace, make_namespace, wait_gone, wait_running
@@ -73,24 +74,7 @@ def ns(real_node: RealNode, driver: HostCpuDriver) -> Iterator[str]:
 
 
 def cpu_claim(node: RealNode, ns: str, name: str, count: int = 1) -> None:
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "cpus",
-                        "exactly": {
-                            "deviceClassName": CLASS,
-                            "capacity": {"requests": {layout.CAPACITY: str(count)}},
-                        },
-                    }
-                ]
-            }
-        },
-    }
+    body = claim_body(name, CLASS, request="cpus", capacity={"requests": {layout.CAPACITY: str(count)}})
     api_resource(node.cp.dynamic, "ResourceClaim").create(body=body, namespace=ns)
 
 

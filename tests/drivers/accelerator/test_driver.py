@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,6 @@ from topodra.common.inventory import Inventory
 from topodra.common.runtime.config import ConfigError
 from topodra.common.runtime.driver import (
     AllocatedDevice,
-    ClaimRef,
     Health,
     OpaqueConfig,
     Preparation,
@@ -32,14 +30,11 @@ from topodra.drivers.accelerator.driver import ENV, TAINT_KEY, AcceleratorDriver
 from topodra.drivers.accelerator.options import AcceleratorOptions
 
 from tests.drivers.accelerator.conftest import add_vfio_groups, fn_dir, make_node
+from tests.kit.claims import claim_ref as claim
 from tests.kit.inventory import health, no_uevents, published_list, wait_for
 
 NODE = "node-a"
 GPU0, GPU1 = "pci-0000-01-00-0", "pci-0000-06-00-0"  # gpu-box: MI210s on their own roots
-
-
-def claim(name: str = "c1") -> ClaimRef:
-    return ClaimRef("ns1", name, str(uuid.uuid4()))
 
 
 def alloc(device: str, request: str = "gpu", admin: bool = False) -> AllocatedDevice:

@@ -34,6 +34,7 @@ from tests.container.podman import busybox_image, run  # noqa: F401  (busybox_im
 from tests.controlplane.cluster import ControlPlane, api_resource, unique_name
 from tests.controlplane.objects import device_class_body, eventually, pod_body
 from tests.drivers.accelerator.conftest import fn_dir
+from tests.kit.claims import claim_body
 from tests.kubelet.client import KubeletClient, watch_registry
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.container, pytest.mark.slow]
@@ -51,26 +52,11 @@ def workdir() -> Iterator[Path]:
 
 def two_gpus_on_one_switch(name: str, device_class: str) -> dict[str, Any]:
     nvidia = f'device.attributes["{DRIVER}"].kernelDriver == "nvidia"'
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "gpus",
-                        "exactly": {
-                            "deviceClassName": device_class,
-                            "count": 2,
-                            "selectors": [{"cel": {"expression": nvidia}}],
-                        },
-                    }
-                ],
-                "constraints": [{"requests": ["gpus"], "matchAttribute": "topology.topodra.io/pcieSwitch"}],
-            }
-        },
-    }
+    body = claim_body(name, device_class, nvidia, request="gpus", count=2)
+    body["spec"]["devices"]["constraints"] = [
+        {"requests": ["gpus"], "matchAttribute": "topology.topodra.io/pcieSwitch"}
+    ]
+    return body
 
 
 def test_scheduler_allocation_to_container_and_health_taint(

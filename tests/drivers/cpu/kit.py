@@ -1,34 +1,31 @@
-"""Test parts for the CPU driver: allocated ResourceClaims as the API returns them, and a claim store.
-
-`ClaimStore` stands in for the API server's claim GET (the one boundary these tests do not run
-for real; the control-plane tier does); it serves the same JSON behind the ClaimSource
-interface, so the real ClaimManager, checkpoint and CDI writer run unchanged.
+"""Test parts for the CPU driver: its allocation results and claims (built by tests/kit/claims.py,
+whose ClaimStore serves them behind the ClaimSource interface, so the real ClaimManager,
+checkpoint and CDI writer run unchanged), CPU lists, the pinning hook.
 """
 
 from __future__ import annotations
 
-import copy
-import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from topodra.common.kubeapi.errors import NotFound
-from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, OpaqueConfig
+from topodra.common.runtime.driver import AllocatedDevice, OpaqueConfig
 from topodra.drivers.cpu import devices as layout
 
-NODE = "node-a"
+from tests.kit import claims as kit
 
-
-def new_uid() -> str:
-    return str(uuid.uuid4())
+NODE = kit.NODE
+ClaimStore = kit.ClaimStore
+new_uid = kit.new_uid
 
 
 @dataclass
 class Result:
+    """A result of the CPU driver: `cpus` is its consumedCapacity (None: not multi-allocated)."""
+
     device: str
-    cpus: int | None = None  # consumedCapacity cpu.topodra.io/cpu; None: not multi-allocated
+    cpus: int | None = None
     request: str = "cpus"
     share_id: str | None = None
 
@@ -36,22 +33,15 @@ class Result:
         if self.cpus is not None and self.share_id is None:
             self.share_id = new_uid()
 
-    def allocated(self) -> AllocatedDevice:
+    def generic(self) -> kit.Result:
         consumed = {layout.CAPACITY: str(self.cpus)} if self.cpus is not None else {}
-        return AllocatedDevice(self.request, NODE, self.device, self.share_id, consumed)
+        return kit.Result(self.request, self.device, NODE, layout.DRIVER, self.share_id, consumed=consumed)
+
+    def allocated(self) -> AllocatedDevice:
+        return self.generic().allocated()
 
     def to_api(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "request": self.request,
-            "driver": layout.DRIVER,
-            "pool": NODE,
-            "device": self.device,
-        }
-        if self.share_id:
-            out["shareID"] = self.share_id
-        if self.cpus is not None:
-            out["consumedCapacity"] = {layout.CAPACITY: str(self.cpus)}
-        return out
+        return self.generic().to_api()
 
 
 def cpu_config(source: str = "FromClaim", requests: Sequence[str] = (), **params: Any) -> OpaqueConfig:
@@ -63,62 +53,14 @@ def cpu_config(source: str = "FromClaim", requests: Sequence[str] = (), **params
 def claim_object(
     name: str, results: Sequence[Result], config: Sequence[OpaqueConfig] = (), namespace: str = "default"
 ) -> dict[str, Any]:
-    uid = new_uid()
-    requests = sorted({r.request.split("/")[0] for r in results})
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"namespace": namespace, "name": name, "uid": uid},
-        "spec": {
-            "devices": {
-                "requests": [{"name": r, "exactly": {"deviceClassName": "cpu.topodra.io"}} for r in requests]
-            }
-        },
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [r.to_api() for r in results],
-                    "config": [
-                        {
-                            "source": c.source,
-                            "requests": list(c.requests),
-                            "opaque": {"driver": layout.DRIVER, "parameters": dict(c.parameters)},
-                        }
-                        for c in config
-                    ],
-                },
-                "nodeSelector": {
-                    "nodeSelectorTerms": [
-                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
-                    ]
-                },
-            }
-        },
-    }
-
-
-def ref_of(obj: Mapping[str, Any]) -> ClaimRef:
-    m = obj["metadata"]
-    return ClaimRef(m["namespace"], m["name"], m["uid"])
-
-
-class ClaimStore:
-    def __init__(self) -> None:
-        self._claims: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def put(self, obj: Mapping[str, Any]) -> ClaimRef:
-        ref = ref_of(obj)
-        self._claims[(ref.namespace, ref.name)] = copy.deepcopy(dict(obj))
-        return ref
-
-    def delete(self, ref: ClaimRef) -> None:
-        self._claims.pop((ref.namespace, ref.name), None)
-
-    def get(self, namespace: str, name: str, *, cached: bool = False) -> dict[str, Any]:
-        try:
-            return copy.deepcopy(self._claims[(namespace, name)])
-        except KeyError:
-            raise NotFound(f"GET ResourceClaim {namespace}/{name}", 404, "not found") from None
+    return kit.claim_object(
+        namespace,
+        name,
+        new_uid(),
+        [r.generic() for r in results],
+        [kit.opaque(layout.DRIVER, c) for c in config],
+        device_class="cpu.topodra.io",
+    )
 
 
 def expand(text: str) -> tuple[int, ...]:

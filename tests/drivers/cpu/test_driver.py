@@ -35,6 +35,7 @@ from tests.drivers.cpu.kit import (
     hook_dir,
     new_uid,
 )
+from tests.kit.claims import claim_ref
 
 TREE = "hwloc--32intel64-2p8co2t+8ve"
 
@@ -50,7 +51,7 @@ def make(root: Path, tmp: Path, **kw: object) -> CpuDriver:
 
 
 def ref(name: str = "c") -> ClaimRef:
-    return ClaimRef("default", name, new_uid())
+    return claim_ref(name, "default")
 
 
 def cpus_of(prep: Preparation) -> list[tuple[int, ...]]:

@@ -32,6 +32,7 @@ from tests.conftest import FixtureTrees
 from tests.controlplane.cluster import ControlPlane, api_resource, running_control_plane, unique_name
 from tests.controlplane.objects import device_class_body, eventually, pod_body
 from tests.drivers.cpu.kit import expand, hook_dir
+from tests.kit.claims import claim_body
 from tests.kit.inventory import published_list
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
@@ -61,12 +62,7 @@ def publish(cp: ControlPlane, driver: CpuDriver, node: str) -> SlicePublisher:
 
 
 def schedule(cp: ControlPlane, namespace: str, device_class: str, node: str, name: str) -> None:
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {"devices": {"requests": [{"name": "cpus", "exactly": {"deviceClassName": device_class}}]}},
-    }
+    claim = claim_body(name, device_class, request="cpus")
     api_resource(cp.dynamic, "ResourceClaim").create(body=claim, namespace=namespace)
     pod = pod_body(
         f"{name}-pod", [{"name": "cpus", "resourceClaimName": name}], {"kubernetes.io/hostname": node}

@@ -24,6 +24,7 @@ from topodra.common.runtime.driver import ClaimRef
 from topodra.common.synth import shipped_spec_names
 
 from tests.conftest import skip_or_fail
+from tests.kit.claims import Result, claim_object, create_allocated
 from tests.kit.machines import SynthTree, synth_builder
 
 SYNTH_NAMES = shipped_spec_names()
@@ -174,34 +175,10 @@ def allocated_claim(
 ) -> ClaimRef:
     """A claim allocated (as the scheduler would, via the status subresource) to `node`;
     `devices` = (driver, device) pairs, `config` = allocation config entries."""
-    objs = client.CustomObjectsApi(api)
+    results = [Result("nic", dev, node, drv) for drv, dev in devices]
     name = f"c-{uuid.uuid4().hex[:8]}"
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {
-            "devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "nic.topodra.io"}}]}
-        },
-    }
-    created: Any = objs.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
-    created["status"] = {
-        "allocation": {
-            "devices": {
-                "results": [
-                    {"request": "nic", "driver": drv, "pool": node, "device": dev} for drv, dev in devices
-                ],
-                "config": list(config),
-            },
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-                ]
-            },
-        }
-    }
-    objs.replace_namespaced_custom_object_status(GROUP, VERSION, ns, PLURAL, name, created)
-    return ClaimRef(ns, name, created["metadata"]["uid"])
+    obj = claim_object(ns, name, "", results, config, device_class="nic.topodra.io", node=node)
+    return create_allocated(api, obj)
 
 
 def status_devices(api: Any, ref: ClaimRef) -> list[dict[str, Any]]:

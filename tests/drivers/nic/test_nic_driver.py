@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,20 +23,17 @@ from topodra.common.publisher.build import build_desired
 from topodra.common.runtime.checkpoint import Checkpoint
 from topodra.common.runtime.claims import ClaimManager, cdi_kind
 from topodra.common.runtime.config import ConfigError
-from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, Health, OpaqueConfig, PrepareError
+from topodra.common.runtime.driver import AllocatedDevice, Health, OpaqueConfig, PrepareError
 from topodra.drivers.nic.devices import DRIVER, Selection
 from topodra.drivers.nic.driver import TAINT_KEY, NicDriver, NicOptions
 
 from tests.drivers.nic.conftest import SynthTree, host_link, process_in
+from tests.kit.claims import claim_ref as claim
 from tests.kit.inventory import health, published_list
 from tests.unit.runtime_claims.claimkit import MemoryClaimStore, Result, claim_object, new_uid
 
 NODE = "node-a"
 ENO2 = "pci-0000-02-00-1"  # 1s-4acc: eno2 on 0000:02:00.1 (eno1 is the uplink)
-
-
-def claim(name: str = "c1") -> ClaimRef:
-    return ClaimRef("ns1", name, str(uuid.uuid4()))
 
 
 def nic_config(requests: tuple[str, ...] = (), **params: Any) -> OpaqueConfig:

@@ -22,6 +22,8 @@ from topodra.common.kubeapi import keepalive, rest
 from topodra.common.kubeapi.claims import KubeClaimSource, claim_path
 from topodra.common.kubeapi.errors import ApiError, NotFound
 
+from tests.kit.claims import claim_body
+
 
 class Recorder(ThreadingHTTPServer):
     daemon_threads = True
@@ -206,12 +208,7 @@ def claim_in_api(request: pytest.FixtureRequest) -> Iterator[tuple[Any, str, str
     api = cp.api_client()
     ns = f"kubehttp-{uuid.uuid4().hex[:8]}"
     client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": "c1"},
-        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "x"}}]}},
-    }
+    body = claim_body("c1", "x", request="r")
     rest.request(api, "POST", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", body=body)
     yield cp, ns, "c1"
     client.CoreV1Api(api).delete_namespace(ns)

@@ -5,19 +5,15 @@ for claim `u` creates `<hw>/<d>` (or `<d>@<shareID>`) holding `u`, created with 
 device given to two claims is visible on disk (and recorded in `<hw>/VIOLATIONS`) even across
 process crashes. That is what the fault trials inspect after a kill -9.
 
-Claim stores serve ResourceClaim JSON behind the ClaimSource interface. `MemoryClaimStore` is the
-stand-in allowed until the control-plane tier lands (tests take a `claim_store` fixture, so
-switching to the real kube-apiserver is a fixture change); `FileClaimStore` is the same for a
-child process.
+Claims, their builders and the in-memory and file claim stores are tests/kit/claims.py's (shared
+with the drivers' tests); `KubeClaimStore` puts them into a real kube-apiserver (tests take a
+`claim_store` fixture, so switching is a fixture change).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import json
 import os
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +21,6 @@ from typing import Any
 
 from topodra.common.cdi.edits import ContainerEdits, DeviceNode
 from topodra.common.device import Device
-from topodra.common.kubeapi.errors import ApiError, NotFound
 from topodra.common.runtime.config import read_typed
 from topodra.common.runtime.driver import (
     AllocatedDevice,
@@ -37,163 +32,53 @@ from topodra.common.runtime.driver import (
     Scan,
 )
 
-DRIVER = "test.topodra.io"
-DEVICE_CLASS = "test.topodra.io"
-NODE = "node-a"
+from tests.kit.claims import (  # noqa: F401  (re-exported: the claim core's tests import them from here)
+    NODE,
+    FileClaimStore,
+    Result,
+    claim_object,
+    create_allocated,
+    new_uid,
+    opaque,
+    ref_of,
+)
+from tests.kit.claims import TEST_DRIVER as DRIVER
+from tests.kit.claims import ClaimStore as MemoryClaimStore  # noqa: F401
+
+DEVICE_CLASS = DRIVER
 EXCLUSIVE = tuple(f"dev-{i}" for i in range(8))
 SHARED = ("shared-0",)
 
 
-def new_uid() -> str:
-    return str(uuid.uuid4())
-
-
-# --- claims ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Result:
-    request: str
-    device: str
-    pool: str = NODE
-    driver: str = DRIVER
-    share_id: str | None = None
-    admin_access: bool = False
-
-    def to_api(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "request": self.request,
-            "driver": self.driver,
-            "pool": self.pool,
-            "device": self.device,
-        }
-        if self.share_id:
-            out["shareID"] = self.share_id
-        if self.admin_access:
-            out["adminAccess"] = True
-        return out
-
-
-def claim_object(
-    namespace: str,
-    name: str,
-    uid: str,
-    results: Sequence[Result] | None,
-    config: Sequence[Mapping[str, Any]] = (),
-) -> dict[str, Any]:
-    """A ResourceClaim as `GET resource.k8s.io/v1` returns it (results None: not allocated)."""
-    subs: dict[str, list[str]] = {}
-    for r in results or [Result("req", "unused")]:
-        main, _, sub = r.request.partition("/")
-        subs.setdefault(main, [])
-        if sub and sub not in subs[main]:
-            subs[main].append(sub)
-    requests: list[dict[str, Any]] = []
-    for main, names in sorted(subs.items()):
-        if names:  # a request with subrequests, as the API wants it for `main/sub` results
-            requests.append(
-                {
-                    "name": main,
-                    "firstAvailable": [{"name": n, "deviceClassName": DEVICE_CLASS} for n in names],
-                }
-            )
-        else:
-            requests.append({"name": main, "exactly": {"deviceClassName": DEVICE_CLASS}})
-    obj: dict[str, Any] = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"namespace": namespace, "name": name, "uid": uid},
-        "spec": {"devices": {"requests": requests}},
-        "status": {},
-    }
-    if results is not None:
-        obj["status"]["allocation"] = {
-            "devices": {"results": [r.to_api() for r in results], "config": list(config)},
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
-                ]
-            },
-        }
-    return obj
+# --- claims (tests/kit/claims.py) ----------------------------------------------------------
 
 
 def driver_config(source: str = "FromClaim", requests: Sequence[str] = (), **params: Any) -> dict[str, Any]:
-    return {
-        "source": source,
-        "requests": list(requests),
-        "opaque": {
-            "driver": DRIVER,
-            "parameters": {"apiVersion": "test.topodra.io/v1alpha1", "kind": "TestConfig", **params},
-        },
-    }
-
-
-def ref_of(obj: Mapping[str, Any]) -> ClaimRef:
-    m = obj["metadata"]
-    return ClaimRef(m["namespace"], m["name"], m["uid"])
-
-
-class MemoryClaimStore:
-    """Stand-in for the API server's claim GET (see module doc). `down` simulates unreachability."""
-
-    def __init__(self) -> None:
-        self._claims: dict[tuple[str, str], dict[str, Any]] = {}
-        self.down = False
-        self.gets = 0
-        self.cached_gets = 0  # of which from the watch cache (resourceVersion=0)
-
-    def put(self, obj: Mapping[str, Any]) -> ClaimRef:
-        ref = ref_of(obj)
-        self._claims[(ref.namespace, ref.name)] = copy.deepcopy(dict(obj))
-        return ref
-
-    def delete(self, namespace: str, name: str) -> None:
-        self._claims.pop((namespace, name), None)
-
-    def get(self, namespace: str, name: str, *, cached: bool = False) -> dict[str, Any]:
-        self.gets += 1
-        self.cached_gets += cached
-        if self.down:
-            raise ApiError(f"GET ResourceClaim {namespace}/{name}", None, "connection refused")
-        try:
-            return copy.deepcopy(self._claims[(namespace, name)])
-        except KeyError:
-            raise NotFound(f"GET ResourceClaim {namespace}/{name}", 404, "not found") from None
-
-    @property
-    def source(self) -> MemoryClaimStore:
-        return self
+    return opaque(
+        DRIVER,
+        OpaqueConfig(
+            source,
+            tuple(requests),
+            {"apiVersion": "test.topodra.io/v1alpha1", "kind": "TestConfig", **params},
+        ),
+    )
 
 
 class KubeClaimStore:
-    """Claims in a real kube-apiserver: created, then allocated through the status subresource
-    (as the scheduler would), read back by the real KubeClaimSource. UIDs are the server's."""
+    """Claims in a real kube-apiserver (`create_allocated`), read back by the real
+    KubeClaimSource. UIDs are the server's."""
 
     def __init__(self, api_client: Any) -> None:
         from kubernetes import client
         from topodra.common.kubeapi.claims import KubeClaimSource
 
+        self._client = api_client
         self._api = client.CustomObjectsApi(api_client)
         self.source = KubeClaimSource(api_client)
         self._args = ("resource.k8s.io", "v1")
 
     def put(self, obj: Mapping[str, Any]) -> ClaimRef:
-        meta = obj["metadata"]
-        ns, name = meta["namespace"], meta["name"]
-        body = {
-            "apiVersion": obj["apiVersion"],
-            "kind": obj["kind"],
-            "metadata": {"name": name},
-            "spec": obj["spec"],
-        }
-        created: Any = self._api.create_namespaced_custom_object(*self._args, ns, "resourceclaims", body)
-        if obj.get("status"):
-            created["status"] = copy.deepcopy(obj["status"])
-            created = self._api.replace_namespaced_custom_object_status(
-                *self._args, ns, "resourceclaims", name, created
-            )
-        return ClaimRef(ns, name, created["metadata"]["uid"])
+        return create_allocated(self._client, obj)
 
     def deallocate(self, namespace: str, name: str) -> None:
         cur: Any = self._api.get_namespaced_custom_object(*self._args, namespace, "resourceclaims", name)
@@ -202,42 +87,6 @@ class KubeClaimStore:
 
     def delete(self, namespace: str, name: str) -> None:
         self._api.delete_namespaced_custom_object(*self._args, namespace, "resourceclaims", name)
-
-
-class FileClaimStore:
-    """Claims in one JSON file, shared between a test and its child processes."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def _load(self) -> dict[str, Any]:
-        try:
-            data: dict[str, Any] = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
-        return data
-
-    def put(self, obj: Mapping[str, Any]) -> ClaimRef:
-        ref = ref_of(obj)
-        data = self._load()
-        data[f"{ref.namespace}/{ref.name}"] = dict(obj)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(self.path)
-        return ref
-
-    def delete(self, namespace: str, name: str) -> None:
-        data = self._load()
-        data.pop(f"{namespace}/{name}", None)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(self.path)
-
-    def get(self, namespace: str, name: str, *, cached: bool = False) -> dict[str, Any]:
-        obj = self._load().get(f"{namespace}/{name}")
-        if obj is None:
-            raise NotFound(f"GET ResourceClaim {namespace}/{name}", 404, "not found")
-        return dict(obj)
 
 
 # --- the driver ------------------------------------------------------------------------------
