@@ -13,15 +13,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from topodra.common.check.attrs import Value
-from topodra.common.explain.inventory import Device, InUse, quantity
+from topodra.common.explain.inventory import Device, InUse, show_amount
 from topodra.common.explain.selectors import evaluate, selectors_of
+from topodra.common.publisher import quantity
 
 MAX_STEPS = 200_000
+# The API's limits per claim (docs/design/prioritized-placement.md): requests, subrequests per
+# request, constraints, and devices allocated to one claim.
 MAX_REQUESTS = 32
+MAX_SUBREQUESTS = 8
+MAX_CONSTRAINTS = 32
+MAX_RESULTS = 32
 
 
 class ClaimError(ValueError):
@@ -37,7 +43,7 @@ class Alternative:
     device_class: str
     selectors: tuple[str, ...]
     count: int | None  # None: allocationMode All
-    capacity: Mapping[str, Decimal]
+    capacity: Mapping[str, Fraction]
 
     @property
     def name(self) -> str:
@@ -67,49 +73,74 @@ class Claim:
 
 
 def parse_claim(obj: Mapping[str, Any]) -> Claim:
-    """A ResourceClaim, a ResourceClaimTemplate or a bare claim spec -> Claim."""
+    """A ResourceClaim, a ResourceClaimTemplate or a bare claim spec -> Claim; ClaimError naming
+    the field for anything the API would not have accepted (a file may hold anything)."""
     spec: Any = obj.get("spec", obj)
     if obj.get("kind") == "ResourceClaimTemplate":
-        spec = (spec or {}).get("spec", {})
-    devices = (spec or {}).get("devices") or {}
-    if not isinstance(devices, Mapping):
-        raise ClaimError("spec.devices is not an object")
-    raw_requests = devices.get("requests") or []
-    if not isinstance(raw_requests, list) or len(raw_requests) > MAX_REQUESTS:
-        raise ClaimError(f"spec.devices.requests must be a list of at most {MAX_REQUESTS}")
+        spec = _mapping(spec, "spec").get("spec", {})
+    devices = _mapping(_mapping(spec, "spec").get("devices"), "spec.devices")
+    raw_requests = _list(devices.get("requests"), "spec.devices.requests", MAX_REQUESTS)
     requests = []
     for r in raw_requests:
         if not isinstance(r, Mapping) or not isinstance(r.get("name"), str):
             raise ClaimError("a request without a name")
         if r.get("firstAvailable"):
-            alts = tuple(_alternative(r["name"], s, s.get("name")) for s in r["firstAvailable"][:8])
+            subs = _list(r["firstAvailable"], f"request {r['name']}: firstAvailable", MAX_SUBREQUESTS)
+            alts = tuple(_alternative(r["name"], s, _mapping(s, "a subrequest").get("name")) for s in subs)
         else:
             alts = (_alternative(r["name"], r.get("exactly") or {}, None),)
         requests.append((r["name"], alts))
     constraints = []
-    for i, c in enumerate((devices.get("constraints") or [])[:32]):
+    for i, c in enumerate(_list(devices.get("constraints"), "spec.devices.constraints", MAX_CONSTRAINTS)):
+        c = _mapping(c, f"constraint #{i}")
         attr = c.get("matchAttribute") or c.get("distinctAttribute")
         if not isinstance(attr, str):
             raise ClaimError(f"constraint #{i}: neither matchAttribute nor distinctAttribute")
-        constraints.append(
-            Constraint(i, tuple(str(n) for n in c.get("requests") or ()), attr, "distinctAttribute" in c)
-        )
+        names = _list(c.get("requests"), f"constraint #{i}: requests", MAX_REQUESTS * (1 + MAX_SUBREQUESTS))
+        constraints.append(Constraint(i, tuple(str(n) for n in names), attr, "distinctAttribute" in c))
     return Claim(tuple(requests), tuple(constraints))
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ClaimError(f"{what} is not an object")
+    return value
+
+
+def _list(value: Any, what: str, most: int) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > most:
+        raise ClaimError(f"{what} must be a list of at most {most}")
+    return value
 
 
 def _alternative(request: str, body: Mapping[str, Any], sub: Any) -> Alternative:
     if not isinstance(body, Mapping) or not isinstance(body.get("deviceClassName"), str):
         raise ClaimError(f"request {request}{'/' + str(sub) if sub else ''}: no deviceClassName")
     mode = body.get("allocationMode") or "ExactCount"
+    if mode not in ("ExactCount", "All"):
+        raise ClaimError(
+            f"request {request}: allocationMode {str(mode)[:40]!r} is neither ExactCount nor All"
+        )
     count = body.get("count", 1)
-    if mode == "ExactCount" and (not isinstance(count, int) or not 1 <= count <= 32):
-        raise ClaimError(f"request {request}: count must be 1..32")
+    if mode == "ExactCount" and (
+        not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_RESULTS
+    ):
+        raise ClaimError(f"request {request}: count must be 1..{MAX_RESULTS}")
+    if not isinstance(body.get("selectors"), (list, type(None))):
+        raise ClaimError(f"request {request}: selectors is not a list")
     capacity = {}
-    for name, amount in ((body.get("capacity") or {}).get("requests") or {}).items():
-        q = quantity(amount)
-        if q is None:
-            raise ClaimError(f"request {request}: capacity {name}={amount!r} is not a quantity")
-        capacity[str(name)] = q
+    asked = _mapping(
+        _mapping(body.get("capacity"), f"request {request}: capacity").get("requests"), "requests"
+    )
+    for name, amount in asked.items():
+        try:
+            capacity[str(name)] = quantity.parse(str(amount))
+        except quantity.QuantityError as err:
+            raise ClaimError(f"request {request}: capacity {name}: {err}") from None
     return Alternative(
         request,
         str(sub) if sub is not None else None,
@@ -185,9 +216,9 @@ def _short_of_capacity(alt: Alternative, d: Device, used: InUse) -> str:
         have = d.capacity.get(qualified)
         if have is None:
             return f"no capacity {qualified}"
-        free = have - taken.get(qualified, Decimal(0))
+        free = have - taken.get(qualified, Fraction(0))
         if want > free:
-            return f"only {free} of {qualified} free ({want} asked)"
+            return f"only {show_amount(free)} of {qualified} free ({show_amount(want)} asked)"
     return ""
 
 
@@ -202,8 +233,9 @@ class Search:
     skip: frozenset[int] = frozenset()  # constraint indexes left out
     steps: int = 0
     gave_up: bool = False
+    over_limit: bool = False  # an alternative was left out: more than MAX_RESULTS devices
     chosen: list[tuple[Alternative, Device]] = field(default_factory=list)
-    taken: dict[tuple[str, str, str], dict[str, Decimal]] = field(default_factory=dict)
+    taken: dict[tuple[str, str, str], dict[str, Fraction]] = field(default_factory=dict)
 
     def run(self) -> list[tuple[Alternative, Device]] | None:
         try:
@@ -220,6 +252,9 @@ class Search:
             pool = self.cands[alt.name].devices
             need = len(pool) if alt.count is None else alt.count
             if need == 0 or need > len(pool):
+                continue
+            if len(self.chosen) + need > MAX_RESULTS:  # the scheduler refuses such a claim
+                self.over_limit = True
                 continue
             if self._pick(alt, pool, need, 0, i):
                 return True
@@ -248,15 +283,15 @@ class Search:
             return False
         held = self.used.capacity.get(d.id, {})
         return all(
-            self.taken[d.id].get(_q(n, d), Decimal(0)) + want
-            <= d.capacity.get(_q(n, d), Decimal(0)) - held.get(_q(n, d), Decimal(0))
+            self.taken[d.id].get(_q(n, d), Fraction(0)) + want
+            <= d.capacity.get(_q(n, d), Fraction(0)) - held.get(_q(n, d), Fraction(0))
             for n, want in alt.capacity.items()
         )
 
     def _take(self, alt: Alternative, d: Device) -> None:
         t = self.taken.setdefault(d.id, {})
         for n, want in alt.capacity.items():
-            t[_q(n, d)] = t.get(_q(n, d), Decimal(0)) + want
+            t[_q(n, d)] = t.get(_q(n, d), Fraction(0)) + want
         self.chosen.append((alt, d))
 
     def _give_back(self, alt: Alternative, d: Device) -> None:
@@ -274,9 +309,9 @@ class Search:
             if value is None or value.kind == "invalid":
                 return False
             others = [x.attr(c.attribute) for a, x in self.chosen if c.covers(a)]
-            if c.distinct and any(o is not None and _same(o, value) for o in others):
+            if c.distinct and any(o is not None and _meets([o, value]) for o in others):
                 return False
-            if not c.distinct and any(o is None or not _same(o, value) for o in others):
+            if not c.distinct and not _meets([*others, value]):
                 return False
         return True
 
@@ -289,8 +324,19 @@ def _q(name: str, d: Device) -> str:
     return name if "/" in name else f"{d.driver}/{name}"
 
 
-def _same(a: Value, b: Value) -> bool:
-    return a.base == b.base and a.items == b.items
+def _meets(values: Sequence[Value | None]) -> bool:
+    """Whether values are the same to the scheduler: one type (an int never meets a string),
+    and a value in common (one value each for scalars; lists meet by intersection, as
+    common/check/align.py has it and tests/controlplane/test_check.py proves on the scheduler)."""
+    if any(v is None for v in values):
+        return False
+    present = [v for v in values if v is not None]
+    common = set(present[0].items)
+    for v in present[1:]:
+        if v.base != present[0].base:
+            return False
+        common &= set(v.items)
+    return bool(common)
 
 
 # ----- the verdict -----------------------------------------------------------------------------
@@ -335,19 +381,31 @@ def explain(
                 blocking.append("not enough devices for the requests together")
         elif not blocking:
             blocking.append("not enough devices for the requests together")
+    if search.over_limit:
+        blocking.insert(
+            0, f"the claim would hold more than {MAX_RESULTS} devices (the API's limit per claim)"
+        )
     if search.gave_up:
         blocking.append(f"search gave up after {MAX_STEPS} steps (the scheduler may time out on it too)")
     return Verdict(False, search.gave_up, search.steps, [], blocking, list(cands.values()))
 
 
+def is_allocated(claim_obj: Mapping[str, Any]) -> bool:
+    status = claim_obj.get("status")
+    return isinstance(status, Mapping) and bool(status.get("allocation"))
+
+
 def allocated(claim_obj: Mapping[str, Any]) -> list[tuple[str, str, str, str]] | None:
     """(request, driver, pool, device) of an allocated claim's results; None when not allocated."""
-    alloc = (claim_obj.get("status") or {}).get("allocation")
-    if not alloc:
+    if not is_allocated(claim_obj):
         return None
+    alloc = _mapping(claim_obj["status"]["allocation"], "status.allocation")
+    results = _list(
+        _mapping(alloc.get("devices"), "status.allocation.devices").get("results"), "results", 1024
+    )
     return [
         (str(r.get("request")), str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
-        for r in (alloc.get("devices") or {}).get("results") or []
+        for r in (_mapping(r, "an allocation result") for r in results)
     ]
 
 

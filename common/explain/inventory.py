@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from topodra.common.check.attrs import Value
 from topodra.common.check.devices import node_devices
+from topodra.common.publisher import quantity
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +19,7 @@ class Device:
     pool: str
     name: str
     attributes: Mapping[str, Value]  # qualified name -> value
-    capacity: Mapping[str, Decimal]  # qualified name -> amount
+    capacity: Mapping[str, Fraction]  # qualified name -> amount
     shared: bool  # allowMultipleAllocations: several claims (and requests) may take capacity of it
 
     @property
@@ -33,27 +35,23 @@ class InUse:
     """Devices other claims hold on the node: whole devices, and capacity taken of shared ones."""
 
     devices: set[tuple[str, str, str]] = field(default_factory=set)
-    capacity: dict[tuple[str, str, str], dict[str, Decimal]] = field(default_factory=dict)
+    capacity: dict[tuple[str, str, str], dict[str, Fraction]] = field(default_factory=dict)
 
 
-def quantity(text: Any) -> Decimal | None:
-    """A resource quantity as a number: plain and decimal-suffixed forms ("4", "1500m", "2Gi")."""
-    s = str(text).strip()
-    suffixes = {
-        "m": Decimal("0.001"), "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
-        "T": Decimal(10) ** 12, "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30,
-        "Ti": Decimal(2) ** 40,
-    }  # fmt: skip
-    for suffix in sorted(suffixes, key=len, reverse=True):
-        if s.endswith(suffix):
-            try:
-                return Decimal(s[: -len(suffix)]) * suffixes[suffix]
-            except InvalidOperation:
-                return None
+def amount(text: Any) -> Fraction | None:
+    """A quantity from a slice or a claim as the API server stores it (None: not a quantity)."""
     try:
-        return Decimal(s)
-    except InvalidOperation:
+        return quantity.parse(str(text))
+    except quantity.QuantityError:
         return None
+
+
+def show_amount(value: Fraction) -> str:
+    """4, 1.5, 0.000000001: as people write quantities (values are whole nanos)."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    text = f"{Decimal(value.numerator) / Decimal(value.denominator):f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def node_inventory(
@@ -65,21 +63,21 @@ def node_inventory(
     wanted = {(d.driver, d.pool, d.name): d for devs in found.drivers.values() for d in devs}
     raw: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     for s in slices:
-        spec = s.get("spec") or {}
+        spec = _m(s.get("spec"))
         if spec.get("nodeName") != found.node:
             continue
-        pool = (spec.get("pool") or {}).get("name")
-        for d in spec.get("devices") or []:
+        pool = _m(spec.get("pool")).get("name")
+        for d in _l(spec.get("devices")):
             if isinstance(d, Mapping):
                 raw.setdefault((str(spec.get("driver")), str(pool), str(d.get("name"))), d)
     devices: list[Device] = []
     for key in sorted(wanted):  # pools, then devices in name order: as the allocator walks them
         d, body = wanted[key], raw.get(key, {})
-        capacity: dict[str, Decimal] = {}
-        for name, c in (body.get("capacity") or {}).items():
-            amount = quantity((c or {}).get("value")) if isinstance(c, Mapping) else None
-            if amount is not None:
-                capacity[name if "/" in name else f"{d.driver}/{name}"] = amount
+        capacity: dict[str, Fraction] = {}
+        for name, c in _m(body.get("capacity")).items():
+            value = amount(c.get("value")) if isinstance(c, Mapping) else None
+            if value is not None:
+                capacity[name if "/" in name else f"{d.driver}/{name}"] = value
         devices.append(
             Device(
                 d.driver, d.pool, d.name, d.attributes, capacity, bool(body.get("allowMultipleAllocations"))
@@ -92,11 +90,13 @@ def in_use(claims: Iterable[Mapping[str, Any]], node: str, skip: tuple[str, str]
     """What allocated claims hold on `node` (claims allocated elsewhere and `skip` left out)."""
     out = InUse()
     for c in claims:
-        meta = c.get("metadata") or {}
+        meta = _m(c.get("metadata"))
         if skip is not None and (meta.get("namespace"), meta.get("name")) == skip:
             continue
-        alloc = (c.get("status") or {}).get("allocation") or {}
-        for r in (alloc.get("devices") or {}).get("results") or []:
+        alloc = _m(_m(c.get("status")).get("allocation"))
+        for r in _l(_m(alloc.get("devices")).get("results")):
+            if not isinstance(r, Mapping):
+                continue
             if r.get("pool") != node and not _pool_on(alloc, node):
                 continue
             key = (str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
@@ -105,19 +105,27 @@ def in_use(claims: Iterable[Mapping[str, Any]], node: str, skip: tuple[str, str]
                 out.devices.add(key)
                 continue
             taken = out.capacity.setdefault(key, {})
-            for name, amount in (consumed or {}).items():
-                q = quantity(amount)
+            for name, taken_text in _m(consumed).items():
+                q = amount(taken_text)
                 if q is not None:
                     qualified = name if "/" in name else f"{key[0]}/{name}"
-                    taken[qualified] = taken.get(qualified, Decimal(0)) + q
+                    taken[qualified] = taken.get(qualified, Fraction(0)) + q
     return out
 
 
 def _pool_on(alloc: Mapping[str, Any], node: str) -> bool:
     """Whether an allocation's node selector names `node` (pools need not be named after nodes)."""
-    terms = ((alloc.get("nodeSelector") or {}).get("nodeSelectorTerms")) or []
-    for t in terms:
-        for f in t.get("matchFields") or []:
-            if f.get("key") == "metadata.name" and node in (f.get("values") or []):
+    for t in _l(_m(alloc.get("nodeSelector")).get("nodeSelectorTerms")):
+        for f in _l(_m(t).get("matchFields")):
+            if _m(f).get("key") == "metadata.name" and node in _l(_m(f).get("values")):
                 return True
     return False
+
+
+def _m(value: Any) -> Mapping[str, Any]:
+    """A field that should be an object; anything else (a file may hold anything) reads as empty."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _l(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

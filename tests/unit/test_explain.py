@@ -3,13 +3,13 @@ it blames, pair levels. Its agreement with the real scheduler is tests/controlpl
 
 from __future__ import annotations
 
-from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import pytest
 from topodra.common.check.attrs import Value
 from topodra.common.explain import fit, levels
-from topodra.common.explain.inventory import Device, InUse, in_use, node_inventory, quantity
+from topodra.common.explain.inventory import Device, InUse, amount, in_use, node_inventory
 from topodra.common.explain.selectors import evaluate
 
 from hack.bench import fallback
@@ -91,7 +91,7 @@ def machine() -> list[Device]:
         "node-a",
         "numa-0",
         {"resource.kubernetes.io/numaNode": Value("int", 0)},
-        {f"{CPU}/cpu": Decimal(8)},
+        {f"{CPU}/cpu": Fraction(8)},
         True,
     )
     return [
@@ -147,7 +147,7 @@ def test_short_requests_and_capacity_are_named() -> None:
             ]
         }
     }
-    used = InUse(capacity={(CPU, "node-a", "numa-0"): {f"{CPU}/cpu": Decimal(4)}})
+    used = InUse(capacity={(CPU, "node-a", "numa-0"): {f"{CPU}/cpu": Fraction(4)}})
     verdict = fit.explain(fit.parse_claim({"spec": spec}), machine(), CLASSES, used)
     assert not verdict.fits
     assert any("request gpus: not enough devices" in b for b in verdict.blocking)
@@ -180,7 +180,7 @@ def test_inventory_and_in_use_read_api_objects() -> None:
         }
     ]
     node, devices, _ = node_inventory(slices, None)
-    assert node == "n" and devices[0].shared and devices[0].capacity == {f"{CPU}/cpu": Decimal(112)}
+    assert node == "n" and devices[0].shared and devices[0].capacity == {f"{CPU}/cpu": Fraction(112)}
     claims = [
         {
             "metadata": {"namespace": "a", "name": "x"},
@@ -199,9 +199,10 @@ def test_inventory_and_in_use_read_api_objects() -> None:
     ]  # fmt: skip
     used = in_use(claims, "n")
     assert used.devices == {(ACC, "n", "gpu-0")}
-    assert used.capacity == {(CPU, "n", "numa-0"): {f"{CPU}/cpu": Decimal(4)}}
+    assert used.capacity == {(CPU, "n", "numa-0"): {f"{CPU}/cpu": Fraction(4)}}
     assert in_use(claims, "n", skip=("a", "x")).devices == set()
-    assert quantity("1500m") == Decimal("1.5") and quantity("2Gi") == 2 * 2**30 and quantity("x") is None
+    assert amount("1500m") == Fraction("1.5") and amount("2Gi") == 2 * 2**30 and amount("x") is None
+    assert amount("1Pi") == 2**50 and amount("5n") == Fraction(5, 10**9)  # every suffix the API takes
 
 
 def test_a_claim_that_is_not_one_is_an_error() -> None:
@@ -209,3 +210,118 @@ def test_a_claim_that_is_not_one_is_an_error() -> None:
         fit.parse_claim({"spec": {"devices": {"requests": [{"name": "x", "exactly": {}}]}}})
     with pytest.raises(fit.ClaimError):
         fit.parse_claim({"spec": {"devices": {"requests": [{"name": f"r{i}"} for i in range(40)]}}})
+
+
+def _exactly(**body: Any) -> dict[str, Any]:
+    return {"name": "a", "exactly": {"deviceClassName": ACC, **body}}
+
+
+@pytest.mark.parametrize(
+    ("requests", "constraints", "says"),
+    [
+        ([{"name": "a", "firstAvailable": {"name": "x"}}], None, "firstAvailable must be a list"),
+        ([_exactly(capacity="4")], None, "capacity is not an object"),
+        ([_exactly(selectors="x")], None, "selectors is not a list"),
+        ([_exactly(count=33)], None, "count must be 1..32"),
+        ([_exactly(allocationMode="Most")], None, "allocationMode"),
+        ([_exactly(capacity={"requests": {"c": "1e99999"}})], None, r"larger than 10\^100"),
+        ([], ["x"], "constraint #0 is not an object"),
+        ([], [{"matchAttribute": "a", "requests": "ab"}], "constraint #0: requests must be a list"),
+        ([], [{"matchAttribute": "a"}] * 33, "constraints must be a list of at most 32"),
+    ],
+)  # fmt: skip
+def test_a_malformed_claim_is_a_claim_error_naming_the_field(
+    requests: list[Any], constraints: list[Any] | None, says: str
+) -> None:
+    """A claim file may hold anything: each shape the API would refuse is named, never a crash."""
+    devices: dict[str, Any] = {"requests": requests}
+    if constraints is not None:
+        devices["constraints"] = constraints
+    with pytest.raises(fit.ClaimError, match=says):
+        fit.parse_claim({"spec": {"devices": devices}})
+
+
+def test_a_claim_never_holds_more_than_32_devices() -> None:
+    """allocationMode All on 40 matching devices (one per core, say) is refused by the scheduler
+    (32 results per claim): explain says so, and its search stays shallow on 2,000 devices."""
+    many = [dev(ACC, f"gpu-{i:04d}") for i in range(40)]
+    spec = {
+        "devices": {
+            "requests": [{"name": "all", "exactly": {"deviceClassName": ACC, "allocationMode": "All"}}]
+        }
+    }
+    verdict = fit.explain(fit.parse_claim({"spec": spec}), many, CLASSES, InUse())
+    assert not verdict.fits
+    assert "more than 32 devices" in verdict.blocking[0]
+    # a fallback that asks for fewer is taken instead, as the scheduler's subrequests are
+    spec = {
+        "devices": {
+            "requests": [
+                {
+                    "name": "gpus",
+                    "firstAvailable": [
+                        {"name": "all", "deviceClassName": ACC, "allocationMode": "All"},
+                        {"name": "some", "deviceClassName": ACC, "count": 8},
+                    ],
+                }
+            ]
+        }
+    }
+    verdict = fit.explain(
+        fit.parse_claim({"spec": spec}), [dev(ACC, f"g{i:04d}") for i in range(2000)], CLASSES, InUse()
+    )
+    assert verdict.fits and {r for r, _ in verdict.assignment} == {"gpus/some"}
+
+
+def test_capacity_in_any_suffix_the_api_takes() -> None:
+    big = Device(CPU, "node-a", "mem", {}, {f"{CPU}/memory": amount("1Pi") or Fraction(0)}, True)
+    spec = {
+        "devices": {
+            "requests": [
+                {
+                    "name": "m",
+                    "exactly": {"deviceClassName": CPU, "capacity": {"requests": {"memory": "1Ti"}}},
+                }
+            ]
+        }
+    }
+    slices = [
+        {
+            "spec": {
+                "nodeName": "n",
+                "driver": CPU,
+                "pool": {"name": "n", "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {
+                        "name": "mem",
+                        "allowMultipleAllocations": True,
+                        "capacity": {"memory": {"value": "1Pi"}},
+                    }
+                ],
+            }
+        }
+    ]
+    _, devices, _ = node_inventory(slices, None)
+    assert devices[0].capacity == big.capacity
+    verdict = fit.explain(fit.parse_claim({"spec": spec}), devices, CLASSES, InUse())
+    assert verdict.fits, verdict.blocking
+
+
+def test_list_attributes_match_by_intersection() -> None:
+    """A driver that publishes a list (dra-driver-cpu's pcieRoot) meets another device's value
+    when they share one, as the scheduler compares them (tests/controlplane/test_check.py)."""
+    root = "resource.kubernetes.io/pcieRoot"
+    cpu = Device(CPU, "node-a", "cpu-0", {root: Value("strings", ("r0", "r1"))}, {}, False)
+    gpu = Device(ACC, "node-a", "gpu-0", {root: Value("string", "r1")}, {}, False)
+    spec = {
+        "devices": {
+            "requests": [
+                {"name": "cpu", "exactly": {"deviceClassName": CPU}},
+                {"name": "gpu", "exactly": {"deviceClassName": ACC}},
+            ],
+            "constraints": [{"matchAttribute": root}],
+        }
+    }
+    assert fit.explain(fit.parse_claim({"spec": spec}), [cpu, gpu], CLASSES, InUse()).fits
+    spec["devices"]["constraints"] = [{"distinctAttribute": root}]
+    assert not fit.explain(fit.parse_claim({"spec": spec}), [cpu, gpu], CLASSES, InUse()).fits
