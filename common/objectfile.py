@@ -12,6 +12,8 @@ position, never a crash.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -34,10 +36,29 @@ def load_objects(text: str, source: str = "input") -> list[dict[str, Any]]:
         documents = list(yaml.load_all(text, Loader=loader))
     except yaml.YAMLError as err:
         raise ObjectFileError(f"{source}: not YAML or JSON: {_short(err)}") from err
+    except ValueError as err:  # e.g. an integer of more digits than Python converts
+        raise ObjectFileError(f"{source}: a value cannot be read: {_short(err)}") from err
     out: list[dict[str, Any]] = []
     for index, doc in enumerate(documents):
         out.extend(_flatten(doc, f"{source}: document {index + 1}"))
     return out
+
+
+def read_objects(path: str, flag: str) -> list[dict[str, Any]]:
+    """Every object in the file `path` names ('-': stdin), read no further than MAX_BYTES;
+    ObjectFileError with one line naming `flag` and the file when it cannot be read or parsed."""
+    if path == "-":
+        return load_objects(sys.stdin.read(MAX_BYTES + 1), f"{flag} stdin")
+    if os.path.isdir(path):
+        raise ObjectFileError(f"{flag} {path} is a folder; name a file")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise ObjectFileError(f"{flag} {path}: no such file") from None
+    except OSError as err:
+        raise ObjectFileError(f"{flag} {path}: cannot read it: {err.strerror or err}") from None
+    return load_objects(text, f"{flag} {path}")
 
 
 def _flatten(doc: Any, where: str, depth: int = 0) -> Iterator[dict[str, Any]]:

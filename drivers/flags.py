@@ -95,6 +95,21 @@ def node_name(text: str) -> str:
     return text
 
 
+def namespaced_name(text: str) -> str:
+    """`NAMESPACE/NAME` of a namespaced object: a DNS label and a DNS subdomain (both become
+    part of an API path, so nothing else may pass)."""
+    ns, sep, name = text.partition("/")
+    if (
+        not sep
+        or len(ns) > 63
+        or not re.fullmatch(_DNS_LABEL, ns)
+        or len(name) > 253
+        or not _DNS_SUBDOMAIN.match(name)
+    ):
+        raise _error(f"{text!r} is not NAMESPACE/NAME (lowercase DNS names, such as ml/train-0-gpu)")
+    return text
+
+
 def uid(text: str) -> str:
     """An object UID (a pod's becomes part of socket file names): letters, digits and dashes."""
     if text and not _UID.match(text):

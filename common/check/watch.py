@@ -59,24 +59,11 @@ def node_selector(node: str) -> str:
 
 
 def list_node_slices(api_client: Any, node: str) -> list[dict[str, Any]]:
-    """Every ResourceSlice of `node`, all drivers, following `continue` pages."""
-    from topodra.common.kubeapi import rest
+    """Every ResourceSlice of `node`, all drivers (kubeapi.reads: ApiError when it cannot)."""
+    from topodra.common.kubeapi import reads
 
-    items: list[dict[str, Any]] = []
-    token = ""
-    for _ in range(1000):
-        query = {"fieldSelector": node_selector(node), "limit": "500"}
-        if token:
-            query["continue"] = token
-        resp = rest.request(api_client, "GET", SLICES_PATH, query=query, timeout=30)
-        if not resp.ok:
-            raise RuntimeError(f"list resourceslices: HTTP {resp.status}: {resp.message()}")
-        body = resp.json()
-        items.extend(body.get("items") or [])
-        token = str((body.get("metadata") or {}).get("continue") or "")
-        if not token:
-            return items
-    raise RuntimeError("list resourceslices: more than 1000 pages")
+    query = {"fieldSelector": node_selector(node)}
+    return reads.list_items(api_client, SLICES_PATH, query, "list resourceslices")
 
 
 # --- pure: what to say ----------------------------------------------------------------------

@@ -7,6 +7,7 @@
     keepalive  the claim GET on the prepare path, over kept-alive standard-library connections
     claims     ResourceClaims: GET (quorum or watch cache), status update
     slices     ResourceSlices (and the Node they belong to): what the publisher needs
+    reads      GET an object, LIST a collection page by page: what `check` and `explain` read
 
 Nothing here is imported until used: `import topodra.common.kubeapi.errors` (or `.types`) loads
 no part of the `kubernetes` package, and `loader` loads only what a call needs when it is made.

@@ -123,9 +123,11 @@ def run(args: argparse.Namespace) -> int:
 
     node = args.node
     if args.slices is not None:
+        from topodra.common.objectfile import of_kind, read_objects
+
         try:
-            slices = _read_file(args.slices)
-        except (OSError, ValueError) as err:
+            slices = of_kind(read_objects(args.slices, "--slices"), "ResourceSlice")
+        except ValueError as err:
             return _fail(str(err))
     else:
         here = os.environ.get("NODE_NAME") or socket.gethostname().lower()
@@ -138,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
             )
         try:
             slices = _read_api(args.kubeconfig, node)
-        except Exception as err:
+        except ValueError as err:  # a kubeconfig that does not work, an API read that failed
             return _fail(f"reading the ResourceSlices of node {node}: {err}")
     try:
         devices = node_devices(slices, node)
@@ -149,38 +151,24 @@ def run(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def _read_file(path: str) -> list[dict[str, Any]]:
-    from topodra.common.objectfile import MAX_BYTES, load_objects, of_kind
-
-    if path == "-":
-        text = sys.stdin.read(MAX_BYTES + 1)
-        source = "stdin"
-    else:
-        if os.path.isdir(path):
-            raise ValueError(f"--slices {path} is a folder; name a file")
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                text = f.read(MAX_BYTES + 1)
-        except FileNotFoundError:
-            raise ValueError(f"--slices {path}: no such file") from None
-        except OSError as err:
-            raise ValueError(f"--slices {path}: cannot read it: {err.strerror or err}") from None
-        source = path
-    return of_kind(load_objects(text, source), "ResourceSlice")
-
-
 def _api_client(kubeconfig: str | None) -> Any:
     """The official client from --kubeconfig, $KUBECONFIG or the in-cluster account; ValueError
     with one sentence when none works."""
-    from topodra.drivers.cli.serve import _api_client as client_for
+    from topodra.drivers.cli.apiclient import api_client
 
-    return client_for(kubeconfig or os.environ.get("KUBECONFIG") or None)
+    return api_client(kubeconfig or os.environ.get("KUBECONFIG") or None)
 
 
 def _read_api(kubeconfig: str | None, node: str) -> list[dict[str, Any]]:
     from topodra.common.check.watch import list_node_slices
+    from topodra.common.kubeapi.errors import ApiError
+    from topodra.drivers.cli.apiclient import say
 
-    return list_node_slices(_api_client(kubeconfig), node)
+    client = _api_client(kubeconfig)
+    try:
+        return list_node_slices(client, node)
+    except ApiError as err:
+        raise ValueError(say(err)) from None
 
 
 def _print(report: Any, output: str) -> None:

@@ -2,12 +2,12 @@
 
 Takes a claim (`--claim NS/NAME` from the API server, or `--claim-file FILE`: a ResourceClaim,
 a ResourceClaimTemplate or a bare claim spec) and a node's ResourceSlices (the API server, or
-`--slices FILE` as `kubectl get resourceslices -o yaml` or `topodra slices` print them). Says per
-request (and subrequest) how many devices could match and what ruled the others out, evaluating
-DeviceClass and request selectors with a CEL library (an expression it cannot evaluate is named
-as such), whether the whole claim fits (searched in the scheduler's order) and, when not, which
-constraint or request blocks it; for an allocated claim, the locality level of each
-accelerator-NIC pair (switch / root / numa / socket / none).
+`--slices FILE`, `-` for stdin, as `kubectl get resourceslices -o yaml` or `topodra slices`
+print them). Says per request (and subrequest) how many devices could match and what ruled the
+others out, evaluating DeviceClass and request selectors with a CEL library (an expression it
+cannot evaluate is named as such), whether the whole claim fits (searched in the scheduler's
+order) and, when not, which constraint or request blocks it; for an allocated claim, the
+locality level of each accelerator-NIC pair (switch / root / numa / socket / none).
 
 Exit status: 0 when the claim is allocated or would fit, 1 when it would not fit, 2 when the
 input or a flag is wrong (one line says which).
@@ -16,7 +16,6 @@ input or a flag is wrong (one line says which).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
@@ -54,7 +53,9 @@ def register(subparsers: Any) -> None:
         ),
     )
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--claim", metavar="NS/NAME", help="a ResourceClaim on the API server")
+    src.add_argument(
+        "--claim", type=flags.namespaced_name, metavar="NS/NAME", help="a ResourceClaim on the API server"
+    )
     src.add_argument(
         "--claim-file", metavar="FILE", help="a ResourceClaim, ResourceClaimTemplate or claim spec"
     )
@@ -66,7 +67,10 @@ def register(subparsers: Any) -> None:
         help="the node (default: where the claim is allocated, else the only node of --slices)",
     )
     p.add_argument(
-        "--slices", default=None, metavar="FILE", help="ResourceSlices from FILE instead of the API server"
+        "--slices",
+        default=None,
+        metavar="FILE",
+        help="ResourceSlices from FILE ('-': stdin) instead of the API server",
     )
     p.add_argument(
         "--classes",
@@ -98,38 +102,24 @@ def _fail(message: str) -> int:
     return fail("explain", message)
 
 
-def _read(path: str, kind: str, flag: str) -> list[dict[str, Any]]:
-    from topodra.common.objectfile import MAX_BYTES, load_objects
+def _read(path: str, flag: str, kind: str | None = None) -> list[dict[str, Any]]:
+    """The objects of a file (of `kind`, or of no stated kind, when given)."""
+    from topodra.common.objectfile import read_objects
 
-    if os.path.isdir(path):
-        raise ValueError(f"{flag} {path} is a folder; name a file")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise ValueError(f"{flag} {path}: no such file") from None
-    except OSError as err:
-        raise ValueError(f"{flag} {path}: cannot read it: {err.strerror or err}") from None
-    objs = load_objects(text, path)
-    if kind == "ResourceClaim":  # a claim, a template, or a bare spec
-        return objs
-    return [o for o in objs if o.get("kind") in (kind, None)]
-
-
-def _api_get(client: Any, path: str) -> Any:
-    from topodra.common.kubeapi import rest
-
-    resp = rest.request(client, "GET", path, timeout=30)
-    if not resp.ok:
-        raise ValueError(f"GET {path}: HTTP {resp.status}: {resp.message()}")
-    return resp.json()
+    objs = read_objects(path, flag)
+    return objs if kind is None else [o for o in objs if o.get("kind") in (kind, None)]
 
 
 def run(args: argparse.Namespace) -> int:
+    from topodra.common.kubeapi.errors import ApiError
+    from topodra.drivers.cli.apiclient import say
+
     try:
         report, code = _explain(args)
     except ValueError as err:
         return _fail(str(err))
+    except ApiError as err:
+        return _fail(say(err))
     from topodra.drivers.cli.formats import dump
 
     if args.output in ("json", "yaml"):
@@ -140,8 +130,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    from topodra.common.check.devices import SliceInputError
+    from topodra.common.check.watch import list_node_slices
     from topodra.common.explain import fit, levels
     from topodra.common.explain.inventory import InUse, in_use, node_inventory
+    from topodra.common.kubeapi.reads import get_object, list_items
 
     client = None
     if args.claim is not None or args.slices is None or args.classes is None:
@@ -149,41 +142,36 @@ def _explain(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
 
         client = _api_client(args.kubeconfig)
     if args.claim is not None:
-        ns, sep, name = args.claim.partition("/")
-        if not sep or not ns or not name:
-            raise ValueError(f"--claim {args.claim!r}: expected NAMESPACE/NAME")
-        claim_obj = _api_get(client, f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}")
+        ns, _, name = args.claim.partition("/")  # checked by flags.namespaced_name
+        path = f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}"
+        claim_obj = get_object(client, path, f"get ResourceClaim {args.claim}")
     else:
-        objs = _read(args.claim_file, "ResourceClaim", "--claim-file")
+        objs = _read(args.claim_file, "--claim-file")
         claims = [o for o in objs if o.get("kind") in ("ResourceClaim", "ResourceClaimTemplate", None)]
         if len(claims) != 1:
             raise ValueError(f"--claim-file {args.claim_file}: holds {len(claims)} claims; give one")
         claim_obj = claims[0]
     try:
         claim = fit.parse_claim(claim_obj)
+        results = fit.allocated(claim_obj)
     except fit.ClaimError as err:
         raise ValueError(f"claim: {err}") from None
-    results = fit.allocated(claim_obj)
     node = args.node
     if node is None and results:
         node = results[0][2]  # our pools are named after their node
     if args.slices is not None:
-        slices = _read(args.slices, "ResourceSlice", "--slices")
+        slices = _read(args.slices, "--slices", "ResourceSlice")
     else:
         if node is None:
             raise ValueError(
                 "--node is needed to read slices from the API server (the claim is not allocated)"
             )
-        from topodra.common.check.watch import list_node_slices
-
         slices = list_node_slices(client, node)
     if args.classes is not None:
-        class_objs = _read(args.classes, "DeviceClass", "--classes")
+        class_objs = _read(args.classes, "--classes", "DeviceClass")
     else:
-        class_objs = _api_get(client, "/apis/resource.k8s.io/v1/deviceclasses").get("items") or []
+        class_objs = list_items(client, "/apis/resource.k8s.io/v1/deviceclasses", {}, "list deviceclasses")
     classes = {str((c.get("metadata") or {}).get("name")): c for c in class_objs}
-    from topodra.common.check.devices import SliceInputError
-
     try:
         node, devices, notes = node_inventory(slices, node)
     except SliceInputError as err:
@@ -191,9 +179,11 @@ def _explain(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     meta = claim_obj.get("metadata") or {}
     me = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
     if args.in_use is not None:
-        used = in_use(_read(args.in_use, "ResourceClaim", "--in-use"), node, skip=me)
+        used = in_use(_read(args.in_use, "--in-use", "ResourceClaim"), node, skip=me)
     elif client is not None:
-        items = _api_get(client, "/apis/resource.k8s.io/v1/resourceclaims").get("items") or []
+        # only what is allocated is kept of each page: a cluster's claims need not fit in memory
+        path = "/apis/resource.k8s.io/v1/resourceclaims"
+        items = list_items(client, path, {}, "list resourceclaims", keep=fit.is_allocated)
         used = in_use(items, node, skip=me)
     else:
         used = InUse()

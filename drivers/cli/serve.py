@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 from topodra.common import logs
-from topodra.common.kubeapi import loader
 from topodra.common.kubeapi.claims import KubeClaimSource
 from topodra.common.publisher.publisher import SlicePublisher
 from topodra.common.runtime import capabilities
@@ -24,6 +22,7 @@ from topodra.common.runtime.plugin import PluginOptions, serve_all
 from topodra.common.runtime.service import DriverService
 from topodra.common.runtime.statusqueue import QueuedStatusWriter
 from topodra.drivers import flags, registry
+from topodra.drivers.cli.apiclient import api_client
 from topodra.drivers.cli.inspect import add_root_argument, root_problem
 
 EXIT_CONFIG = 2
@@ -119,55 +118,6 @@ def register(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
-def kubeconfig_problem(path: str) -> str | None:
-    """Why `path` is not a kubeconfig, in words, before the client's loader sees it (its own
-    errors for a file that is not a YAML mapping are Python's: 'str' object does not support
-    item assignment)."""
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
-    except (OSError, UnicodeDecodeError) as e:
-        return f"kubeconfig {path}: cannot read it: {e}"
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        return f"kubeconfig {path} is not YAML{where}"
-    if not isinstance(doc, dict):
-        return f"kubeconfig {path} is not a kubeconfig: expected a YAML mapping with clusters and contexts"
-    missing = [k for k in ("clusters", "contexts") if not isinstance(doc.get(k), list) or not doc.get(k)]
-    if missing:
-        return f"kubeconfig {path} is not a kubeconfig: it has no {' and no '.join(missing)}"
-    return None
-
-
-def _api_client(kubeconfig: str | None) -> Any:
-    """A kubeconfig that cannot be read or used is a configuration error naming it; anything
-    else (our own bug, a missing module) is not caught here and fails loudly."""
-    if kubeconfig and (problem := kubeconfig_problem(kubeconfig)) is not None:
-        raise ValueError(problem)
-    try:
-        return loader.new_api_client(kubeconfig)
-    except Exception as e:
-        if not _config_problem(e):
-            raise
-        where = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config (no --kubeconfig given)"
-        raise ValueError(f"{where}: {e}") from e
-
-
-def _config_problem(e: Exception) -> bool:
-    """Errors of reading or using a kubeconfig / the service account. The kubernetes package is
-    imported only now (loader.load() keeps its kubeconfig half out of an in-cluster driver), and
-    yaml only if a kubeconfig was read."""
-    from kubernetes.config.config_exception import ConfigException
-
-    yaml = sys.modules.get("yaml")
-    return isinstance(e, (OSError, ValueError, ConfigException)) or (
-        yaml is not None and isinstance(e, yaml.YAMLError)
-    )
-
-
 def run(args: argparse.Namespace) -> int:
     logs.setup(args.log_level.upper())
     log = logs.get(__name__)
@@ -204,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
 def build(args: argparse.Namespace, kinds: list[str]) -> tuple[list[DriverService], Observability | None]:
     """The services for `kinds` and the HTTP endpoint, nothing started yet. A driver's optional
     capabilities are looked up once, here (common/runtime/capabilities.py)."""
-    api = _api_client(args.kubeconfig)
+    api = api_client(args.kubeconfig)
     options = PluginOptions(
         kubelet_root=args.kubelet_root_dir, node_name=args.node_name, pod_uid=args.pod_uid or None
     )

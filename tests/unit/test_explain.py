@@ -4,6 +4,7 @@ it blames, pair levels. Its agreement with the real scheduler is tests/controlpl
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from topodra.common.check.attrs import Value
 from topodra.common.explain import fit, levels
 from topodra.common.explain.inventory import Device, InUse, amount, in_use, node_inventory
 from topodra.common.explain.selectors import evaluate
+from topodra.drivers.cli.main import main
 
 from hack.bench import fallback
 
@@ -325,3 +327,85 @@ def test_list_attributes_match_by_intersection() -> None:
     assert fit.explain(fit.parse_claim({"spec": spec}), [cpu, gpu], CLASSES, InUse()).fits
     spec["devices"]["constraints"] = [{"distinctAttribute": root}]
     assert not fit.explain(fit.parse_claim({"spec": spec}), [cpu, gpu], CLASSES, InUse()).fits
+
+
+def _unreachable_kubeconfig(tmp_path: Path) -> str:
+    from tests.controlplane.processes import free_port
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:{free_port()}'}}}}]\n"
+        "users: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["explain", "--claim", "ml/train"], ["check", "--node", "n1"]],
+)
+def test_an_unreachable_api_server_is_exit_2_with_one_line(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*argv, "--kubeconfig", _unreachable_kubeconfig(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if "note:" not in line] == [err[-1]]
+    assert "the API server cannot be reached" in err[-1], err
+
+
+@pytest.mark.parametrize("ref", ["ml", "ml/", "ml/a/../b", "ML/a", "ml/a b"])
+def test_claim_must_be_namespace_slash_name(ref: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """--claim becomes part of an API path: only DNS names pass."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["explain", "--claim", ref])
+    assert stopped.value.code == 2
+    assert "is not NAMESPACE/NAME" in capsys.readouterr().err.splitlines()[0]
+
+
+def test_explain_reads_files_and_stdin_without_a_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The whole command on files alone (slices on stdin, as `topodra slices | topodra explain`
+    pipes them): no API server is asked, and claims in --in-use take capacity."""
+    import io
+    import json
+
+    slices = {
+        "kind": "ResourceSlice",
+        "spec": {
+            "nodeName": "n",
+            "driver": CPU,
+            "pool": {"name": "n", "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {"name": "numa-0", "allowMultipleAllocations": True, "capacity": {"cpu": {"value": "8"}}}
+            ],
+        },
+    }
+    claim = tmp_path / "claim.yaml"
+    claim.write_text(
+        json.dumps(
+            {"kind": "ResourceClaim", "metadata": {"namespace": "a", "name": "me"}, "spec": {"devices": {
+                "requests": [{"name": "c", "exactly": {
+                    "deviceClassName": CPU, "capacity": {"requests": {"cpu": "6"}}}}]}}}
+        )
+    )  # fmt: skip
+    classes = tmp_path / "classes.yaml"
+    classes.write_text(json.dumps({"kind": "List", "items": [{"kind": "DeviceClass", **CLASSES[CPU]}]}))
+    held = tmp_path / "in-use.yaml"
+    held.write_text(
+        json.dumps(
+            {"kind": "ResourceClaim", "metadata": {"namespace": "b", "name": "other"}, "status": {
+                "allocation": {"devices": {"results": [{"request": "c", "driver": CPU, "pool": "n",
+                "device": "numa-0", "shareID": "u", "consumedCapacity": {"cpu": "4"}}]}}}}
+        )
+    )  # fmt: skip
+    argv = ["explain", "--claim-file", str(claim), "--slices", "-", "--classes", str(classes), "-o", "json"]
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(slices)))
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["fits"] is True
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(slices)))
+    assert main([*argv, "--in-use", str(held)]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["fits"] is False, report
+    assert "only 4 of cpu.topodra.io/cpu free (6 asked)" in json.dumps(report), report
