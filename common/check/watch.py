@@ -66,6 +66,23 @@ def list_node_slices(api_client: Any, node: str) -> list[dict[str, Any]]:
     return reads.list_items(api_client, SLICES_PATH, query, "list resourceslices")
 
 
+def slice_nodes(api_client: Any) -> set[str]:
+    """The nodes that have ResourceSlices, of any driver (only their names are held)."""
+    from topodra.common.kubeapi import reads
+
+    nodes: set[str] = set()
+
+    def note(item: dict[str, Any]) -> bool:
+        spec = item.get("spec")
+        name = spec.get("nodeName") if isinstance(spec, dict) else None
+        if isinstance(name, str) and name:
+            nodes.add(name)
+        return False
+
+    reads.list_items(api_client, SLICES_PATH, {}, "list resourceslices", keep=note)
+    return nodes
+
+
 # --- pure: what to say ----------------------------------------------------------------------
 
 

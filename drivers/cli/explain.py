@@ -24,8 +24,11 @@ EXIT_CANNOT = 2
 OUTPUTS = ("text", "wide", "json", "yaml")
 
 EXAMPLES = (
-    ("topodra explain --claim ml/train-0-devices", "a Pending pod's claim, on the node it would want"),
-    ("topodra explain --claim ml/train-0-devices --node worker-3", "the same claim on one node"),
+    (
+        "topodra explain --claim ml/train-0-devices",
+        "an allocated claim: each pair's locality; a Pending pod's claim on a one-node cluster",
+    ),
+    ("topodra explain --claim ml/train-0-devices --node worker-3", "a Pending pod's claim on one node"),
     (
         "topodra explain --claim-file deploy/examples/best-locality-2.yaml --slices s.json "
         "--classes deploy/base/deviceclasses.yaml",
@@ -64,7 +67,7 @@ def register(subparsers: Any) -> None:
         type=flags.node_name,
         default=None,
         metavar="NODE",
-        help="the node (default: where the claim is allocated, else the only node of --slices)",
+        help="the node (default: where the claim is allocated, else the only node with slices)",
     )
     p.add_argument(
         "--slices",
@@ -110,6 +113,19 @@ def _read(path: str, flag: str, kind: str | None = None) -> list[dict[str, Any]]
     return objs if kind is None else [o for o in objs if o.get("kind") in (kind, None)]
 
 
+def default_node(nodes: set[str]) -> str:
+    """The node to explain a claim that is not allocated on, when --node names none: the only
+    node with ResourceSlices (a one-node cluster such as hack/local-up.sh's); else a ValueError
+    naming some of them."""
+    if len(nodes) == 1:
+        return next(iter(nodes))
+    if not nodes:
+        raise ValueError("no node has ResourceSlices (are the drivers running?)")
+    names = sorted(nodes)
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    raise ValueError(f"the claim is not allocated: name the node to explain it on with --node ({shown})")
+
+
 def run(args: argparse.Namespace) -> int:
     from topodra.common.kubeapi.errors import ApiError
     from topodra.drivers.cli.apiclient import say
@@ -131,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     from topodra.common.check.devices import SliceInputError
-    from topodra.common.check.watch import list_node_slices
+    from topodra.common.check.watch import list_node_slices, slice_nodes
     from topodra.common.explain import fit, levels
     from topodra.common.explain.inventory import InUse, in_use, node_inventory
     from topodra.common.kubeapi.reads import get_object, list_items
@@ -163,9 +179,7 @@ def _explain(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         slices = _read(args.slices, "--slices", "ResourceSlice")
     else:
         if node is None:
-            raise ValueError(
-                "--node is needed to read slices from the API server (the claim is not allocated)"
-            )
+            node = default_node(slice_nodes(client))
         slices = list_node_slices(client, node)
     if args.classes is not None:
         class_objs = _read(args.classes, "--classes", "DeviceClass")

@@ -127,3 +127,31 @@ def test_explain_agrees_with_the_scheduler(
                     want = level
                     break
             assert p["level"] == want, (name, p)
+
+
+def test_a_pending_claim_without_node_names_the_nodes(
+    control_plane: ControlPlane,
+    namespace: str,  # noqa: F811
+    roots: dict[str, Path],
+) -> None:
+    """The README's `topodra explain --claim NS/NAME` on a claim no pod got yet: with several
+    nodes publishing slices, one line names them and asks for --node, instead of a refusal that
+    does not say which nodes there are; with --node it is explained there."""
+    node = Node(control_plane, roots["levels"], "explain-pending")
+    Node(control_plane, roots["levels"], "explain-pending")  # two nodes at least, whatever ran before
+    claims = api_resource(control_plane.dynamic, "ResourceClaim")
+    claims.create(
+        namespace=namespace, body={"metadata": {"name": "pending"}, "spec": spec_of(Job(0, 1), BEST)}
+    )
+    argv = [sys.executable, "-m", "topodra.drivers.cli.main", "explain", "--claim", f"{namespace}/pending"]
+    argv += ["--kubeconfig", str(control_plane.kubeconfig)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "name the node to explain it on with --node (" in line, line
+    assert node.name in line or "more)" in line, line
+    done = subprocess.run(
+        [*argv, "--node", node.name, "-o", "json"], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["node"] == node.name

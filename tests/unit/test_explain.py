@@ -409,3 +409,18 @@ def test_explain_reads_files_and_stdin_without_a_cluster(
     report = json.loads(capsys.readouterr().out)
     assert report["fits"] is False, report
     assert "only 4 of cpu.topodra.io/cpu free (6 asked)" in json.dumps(report), report
+
+
+def test_an_unallocated_claim_is_explained_on_the_only_node_with_slices() -> None:
+    """`explain --claim NS/NAME` of a Pending pod's claim names no node: on a one-node cluster
+    that node is meant; with several, the one line names them (the API side of this is
+    tests/controlplane/test_explain.py::test_a_pending_claim_without_node_names_the_nodes)."""
+    from topodra.drivers.cli.explain import default_node
+
+    assert default_node({"n1"}) == "n1"
+    with pytest.raises(ValueError, match=r"name the node to explain it on with --node \(a, b\)"):
+        default_node({"b", "a"})
+    with pytest.raises(ValueError, match=r"n00, n01, .* n07 and 4 more"):
+        default_node({f"n{i:02d}" for i in range(12)})
+    with pytest.raises(ValueError, match="no node has ResourceSlices"):
+        default_node(set())
