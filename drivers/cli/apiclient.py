@@ -7,6 +7,7 @@ client without importing `serve`, which brings grpc and the plugin runtime along
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -35,6 +36,23 @@ def kubeconfig_problem(path: str) -> str | None:
     if missing:
         return f"kubeconfig {path} is not a kubeconfig: it has no {' and no '.join(missing)}"
     return None
+
+
+def default_kubeconfig(flag: str | None) -> str | None:
+    """The kubeconfig a command run by a person reads, as kubectl finds it: --kubeconfig, else
+    the first file of $KUBECONFIG that exists (kubectl would merge them; we read one), else
+    ~/.kube/config when there is one; None: the in-cluster service account (a pod has none of
+    these). `serve` does not use this: a driver reads what its DaemonSet gives it, nothing else."""
+    if flag:
+        return flag
+    listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    for path in listed:
+        if os.path.isfile(path):
+            return path
+    if listed:
+        return listed[0]  # none exists: the error names the first
+    home = os.path.expanduser(os.path.join("~", ".kube", "config"))
+    return home if os.path.isfile(home) else None
 
 
 def api_client(kubeconfig: str | None) -> Any:

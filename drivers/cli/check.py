@@ -78,7 +78,7 @@ def register(subparsers: Any) -> None:
         type=flags.readable_file,
         default=None,
         metavar="FILE",
-        help="default: $KUBECONFIG, else the in-cluster service account",
+        help="default: $KUBECONFIG, else ~/.kube/config, else the in-cluster service account",
     )
     add_output_argument(p, OUTPUTS, "text", what="the report")
     p.add_argument(
@@ -152,11 +152,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _api_client(kubeconfig: str | None) -> Any:
-    """The official client from --kubeconfig, $KUBECONFIG or the in-cluster account; ValueError
-    with one sentence when none works."""
-    from topodra.drivers.cli.apiclient import api_client
+    """The official client from --kubeconfig, $KUBECONFIG, ~/.kube/config or the in-cluster
+    account; ValueError with one sentence when none works."""
+    from topodra.drivers.cli.apiclient import api_client, default_kubeconfig
 
-    return api_client(kubeconfig or os.environ.get("KUBECONFIG") or None)
+    return api_client(default_kubeconfig(kubeconfig))
 
 
 def _read_api(kubeconfig: str | None, node: str) -> list[dict[str, Any]]:

@@ -93,7 +93,7 @@ def register(subparsers: Any) -> None:
         type=flags.readable_file,
         default=None,
         metavar="FILE",
-        help="default: $KUBECONFIG, else the in-cluster service account",
+        help="default: $KUBECONFIG, else ~/.kube/config, else the in-cluster service account",
     )
     add_output_argument(p, OUTPUTS, "text", what="the report")
     p.set_defaults(run=run)

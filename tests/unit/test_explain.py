@@ -424,3 +424,25 @@ def test_an_unallocated_claim_is_explained_on_the_only_node_with_slices() -> Non
         default_node({f"n{i:02d}" for i in range(12)})
     with pytest.raises(ValueError, match="no node has ResourceSlices"):
         default_node(set())
+
+
+@pytest.mark.parametrize("command", ["explain", "check"])
+def test_a_person_s_kubeconfig_is_found_as_kubectl_finds_it(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No --kubeconfig and no $KUBECONFIG: ~/.kube/config is read (it names a server nobody
+    listens on, so the one line says so), not the in-cluster account a laptop does not have;
+    $KUBECONFIG of several paths takes the first that exists."""
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    (home / ".kube" / "config").write_text(Path(_unreachable_kubeconfig(tmp_path)).read_text())
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    argv = ["explain", "--claim", "ml/train"] if command == "explain" else ["check", "--node", "n1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert "the API server cannot be reached" in err and "in-cluster" not in err, err
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'absent'}:{home / '.kube' / 'config'}")
+    assert main(argv) == 2
+    assert "the API server cannot be reached" in capsys.readouterr().err.splitlines()[-1]
