@@ -270,7 +270,7 @@ def which_claim(results: list[dict[str, Any]], churn: dict[str, Any]) -> str:
             row(
                 BEST,
                 "best-locality-{1,2,4,8}",
-                "by default: locality where the node has it, never fewer jobs",
+                "by default: locality where the node has it, as many accelerators as count-only",
             ),
             row(
                 COUNT_ONLY, "baseline-count-only", "locality does not matter (no NIC traffic, CPU-bound jobs)"
