@@ -1,0 +1,3 @@
+module topodra.local/bench/exclusive/worker
+
+go 1.26
