@@ -9,12 +9,12 @@ pod's namespace so that unprepare can bring the interface back even after the po
 
 A NIC inside a pod is gone from the host's view; the scan reports it as held with its
 last-known attributes, so the inventory keeps it published and the scheduler keeps seeing it.
-Health is in health.py; claim status is written through the runtime's queued writer.
+Health is in health.py; held NICs inside pods (their claim status, orphans) in pods.py;
+the CDI edits in edits.py; moving interfaces in and out in attach.py.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,17 +23,14 @@ from pathlib import Path
 
 from topodra.common import logs
 from topodra.common.cdi.edits import ContainerEdits
-from topodra.common.device import Device, device_from_api
+from topodra.common.device import device_from_api
 from topodra.common.inventory import InventoryHandle, Policy
 from topodra.common.runtime.config import describe_claim
 from topodra.common.runtime.driver import (
     AllocatedDevice,
-    AllocatedDeviceStatus,
     ClaimRef,
     ClaimStatusWriter,
-    DeviceCondition,
     DeviceHealth,
-    NetworkDeviceData,
     OpaqueConfig,
     Preparation,
     PreparedDevice,
@@ -45,6 +42,7 @@ from topodra.common.topology.model import Topology
 from topodra.drivers.nic import attach, config, edits, health, hookfiles, iplink, uplink
 from topodra.drivers.nic.attach import Attachment, ReleaseError
 from topodra.drivers.nic.devices import DRIVER, Nic, Selection, build_nics
+from topodra.drivers.nic.pods import Held, PodWatch, prepared_entry
 
 MODES = ("hook", "cdi")
 TAINT_KEY = f"{DRIVER}/unhealthy"
@@ -68,16 +66,6 @@ class NicOptions:
     release_settle: float = 5.0  # how long unprepare waits for a physical NIC in transit
 
 
-@dataclass(slots=True)
-class _Held:
-    """An allocated NIC: who holds it and what it looked like when last seen on the host."""
-
-    claim: ClaimRef
-    attachment: Attachment
-    device: Device
-    reported_attached: bool = False
-
-
 class NicDriver:
     """Implements the Driver protocol for `nic.topodra.io`, with claim status and health."""
 
@@ -96,16 +84,14 @@ class NicDriver:
             )
         self.options = options
         self._discover = discover_fn
-        self._clock = clock
         self._lock = threading.RLock()
         self._nics: dict[str, Nic] | None = None  # as of the last look
-        self._held: dict[str, _Held] = {}
+        self._held: dict[str, Held] = {}
         self._status: ClaimStatusWriter | None = None
         self._inventory: InventoryHandle | None = None
         self._hook_installed = False
-        self._pods = health.InPods(options.sysfs_root, options.rescan_interval, clock)
-        self._orphans_at = float("-inf")
         self._log = _log.bind(driver=DRIVER, node=options.node_name)
+        self._pods = PodWatch(options.sysfs_root, options.rescan_interval, clock, self._log)
 
     # --- capabilities -------------------------------------------------------------------------
     def inventory_policy(self) -> Policy:
@@ -124,6 +110,7 @@ class NicDriver:
 
     def set_status_writer(self, writer: ClaimStatusWriter) -> None:
         self._status = writer
+        self._pods.status = writer
 
     # --- the host view ------------------------------------------------------------------------
     def _look(self) -> dict[str, Nic]:
@@ -158,7 +145,7 @@ class NicDriver:
 
     def check_health(self) -> Mapping[str, DeviceHealth]:
         with self._lock:
-            if self._return_orphans() and self._inventory is not None:
+            if self._pods.return_orphans(list(self._held.values())) and self._inventory is not None:
                 self._inventory.request_rescan()
             nics = self._nics if self._nics is not None else self._look()
             root = self.options.sysfs_root
@@ -169,60 +156,8 @@ class NicDriver:
                     out[name] = health.on_host(root, nic)
             for name, held in self._held.items():
                 if name not in out:
-                    out[name], found = self._pods.health(held.attachment)
-                    if found:
-                        self._report_attached(held)
+                    out[name] = self._pods.health(held)
             return out
-
-    def _return_orphans(self) -> bool:
-        """Interfaces whose pod namespace has no process left go home at once (the claim stays
-        prepared: a re-created sandbox gets it again from the hook). At most once per rescan
-        interval, and only where every process is visible (host PID namespace)."""
-        now = self._clock()
-        if now - self._orphans_at < self.options.rescan_interval:
-            return False
-        self._orphans_at = now
-        pinned = [h for h in self._held.values() if iplink.is_pinned_netns(h.attachment.pin)]
-        if not pinned or not attach.sees_all_processes():
-            return False
-        in_use = attach.netns_in_use()
-        moved = False
-        for held in pinned:
-            att = held.attachment
-            try:
-                done = attach.return_orphan(att, in_use)
-            except (ReleaseError, iplink.IpError, OSError) as e:
-                self._log.error(f"cannot return {att.device} from its dead pod: {e}", device=att.device)
-                continue
-            if done is None:
-                continue
-            moved = True
-            self._log.info(
-                f"{att.device}: the pod's network namespace is gone; {done} (claim still prepared)",
-                **logs.claim(held.claim),
-                device=att.device,
-            )
-            held.reported_attached = False
-            self._pods.forget(att.device)
-            if self._status is not None:
-                self._status.set_devices(held.claim, [_entry(att, "PodGone", done, (), ready="False")])
-        return moved
-
-    def _report_attached(self, held: _Held) -> None:
-        """Once the hook put the interface into the pod: Ready=Attached with the pod-side IPs."""
-        if held.reported_attached or self._status is None:
-            return
-        att = held.attachment
-        try:
-            found = iplink.addresses(att.container_name, att.pin)
-            # link-local addresses exist on every link and say nothing about the pod's network
-            ips = tuple(a for a in found if not ipaddress.ip_interface(a).ip.is_link_local)
-        except (iplink.IpError, ValueError):
-            ips = att.ips
-        held.reported_attached = True
-        self._status.set_devices(
-            held.claim, [_entry(att, "Attached", f"{att.container_name} is in the pod", ips)]
-        )
 
     # --- prepare ------------------------------------------------------------------------------
     def prepare(
@@ -270,7 +205,7 @@ class NicDriver:
                 (self.options.state_dir / "netns").mkdir(mode=0o700, parents=True, exist_ok=True)
             for att in atts:
                 if att.mode != "none":
-                    self._held[att.device] = _Held(claim, att, nics[att.device].device)
+                    self._held[att.device] = Held(claim, att, nics[att.device].device)
                     self._pods.forget(att.device)
             claim_edits = ContainerEdits(
                 device_nodes=edits.claim_nodes(self.options.sysfs_root, uses_rdma, uses_vfio)
@@ -286,20 +221,7 @@ class NicDriver:
                     mode=att.mode,
                 )
             if self._status is not None:
-                self._status.set_devices(
-                    claim,
-                    [
-                        _entry(
-                            a,
-                            "Prepared",
-                            f"{a.host_name} will be {a.container_name} in the pod"
-                            if a.mode != "none"
-                            else "admin access: interface stays on the host",
-                            a.ips,
-                        )
-                        for a in atts
-                    ],
-                )
+                self._status.set_devices(claim, [prepared_entry(a) for a in atts])
             return Preparation(
                 devices=tuple(prepared),
                 claim_edits=claim_edits,
@@ -363,7 +285,7 @@ class NicDriver:
 
     def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:
         with self._lock:
-            held: dict[str, _Held] = {}
+            held: dict[str, Held] = {}
             for claim, prep in prepared.items():
                 devices = prep.state.get("devices") or {}
                 for raw in prep.state.get("attachments") or ():
@@ -377,7 +299,7 @@ class NicDriver:
                         )
                         continue
                     if att.mode != "none":
-                        held[att.device] = _Held(claim, att, dev)
+                        held[att.device] = Held(claim, att, dev)
             self._held = held
             self._pods.clear()
 
@@ -389,21 +311,3 @@ class NicDriver:
     def nics(self) -> dict[str, Nic]:
         with self._lock:
             return dict(self._look())
-
-
-def _entry(
-    att: Attachment, reason: str, message: str, ips: Sequence[str], ready: str = "True"
-) -> AllocatedDeviceStatus:
-    """Our `status.devices[]` entry for one attachment: what the pod's network sees of it."""
-    net = NetworkDeviceData(
-        interface_name=att.container_name if att.mode != "none" else att.host_name,
-        hardware_address=att.mac or "",
-        ips=tuple(ips),
-    )
-    return AllocatedDeviceStatus(
-        pool=att.pool,
-        device=att.device,
-        share_id=att.share_id,
-        conditions=(DeviceCondition("Ready", ready, reason, message),),
-        network_data=net,
-    )
