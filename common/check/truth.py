@@ -33,6 +33,10 @@ class Truth:
     numa_unknown_why: str = ""  # why `numa` is None for a device that has a place
     switch: str | None = None
     socket: int | None = None
+    # CPU devices matched by a NUMA node that spans sockets (socket None): those sockets. The
+    # device may hold only some of the node's CPUs (the rest reserved or kept shared), all on one
+    # of them: a published socket among them cannot be told wrong from the slice alone.
+    sockets: tuple[int, ...] = ()
     single_node: int | None = None  # the machine's only NUMA node, when it has exactly one
 
     @property
@@ -80,6 +84,7 @@ def truth_of(topo: Topology, ident: Identity) -> Truth:
             numa=numa,
             numa_unknown_why=f"its CPUs span NUMA nodes {nodes}" if len(nodes) > 1 else "no NUMA node",
             socket=packages[0] if len(packages) == 1 else None,
+            sockets=tuple(packages) if len(packages) > 1 and ident.kind == "numa" else (),
             single_node=single,
         )
     if ident.kind in ("numa", "socket"):  # a CPU-less node (memory only) or an empty package

@@ -273,6 +273,10 @@ def _socket(dev: SliceDevice, t: Truth) -> AttributeCheck:
         return _one(name, v, machine, "malformed", ERROR, bad)
     if not t.found:
         return _one(name, v, "?", "unverified", INFO, f"{v.show()}: the device was not found")
+    if t.socket is None and v.value in t.sockets:
+        spans = ", ".join(map(str, t.sockets))
+        note = f"{v.show()}: {t.where} spans sockets {spans}; which hold the device's CPUs is not published"
+        return _one(name, v, f"one of {spans}", "unverified", INFO, note)
     if v.value != t.socket:
         return _one(name, v, machine, "wrong", ERROR, f"{v.show()} but the machine says {machine}")
     return AttributeCheck(name, v, machine, "ok", ())

@@ -221,3 +221,31 @@ def test_alignment_only_through_minus_one_is_called_false(
     ]
     numa = _levels(report_of(root, [sriov, other]), SRIOV, "other.example.com")["numa"]
     assert (numa.verdict, numa.via) == ("false", "dra.net/numaNode")
+
+
+def test_a_cpu_device_on_one_socket_of_a_node_that_spans_two(tmp_path: Path) -> None:
+    """A NUMA node over two sockets (ghw's offlineCPUs and hwloc's 2pa captures are such), its
+    CPUs of one socket reserved: the CPU device holds the other socket's CPUs and says so. The
+    check, which knows the device only by its NUMA node, cannot call that socket wrong (it did,
+    failing every captured tree's clean check); a socket that is not one of the node's still is."""
+    from tests.check_kit import topodra_slices
+    from tests.kit.sysfs import Tree
+
+    root = tmp_path / "spans"
+    tree = Tree(root).simple_cpus(4, packages=2)
+    tree.node(0, range(4), distance="10")
+    tree.file("sys/devices/system/cpu/online", "0-3")
+    slices = topodra_slices(root, "n1", extra=("--cpu-reserved-cpus", "0-1"))
+    report = build_report(discover(root), node_devices(slices, "n1"))
+    socket = [f for _, _, f in report.findings() if f.attribute == "topology.topodra.io/socket"]
+    assert [(f.severity, f.code) for f in socket] == [("info", "unverified")], socket
+    assert "NUMA node 0 spans sockets 0, 1" in socket[0].message
+    assert report.exit_code == 0
+    for s in slices:
+        for d in s["spec"]["devices"]:
+            if s["spec"]["driver"] == "cpu.topodra.io":
+                assert d["attributes"]["topology.topodra.io/socket"] == {"int": 1}
+                d["attributes"]["topology.topodra.io/socket"] = {"int": 5}
+    report = build_report(discover(root), node_devices(slices, "n1"))
+    socket = [f for _, _, f in report.findings() if f.attribute == "topology.topodra.io/socket"]
+    assert [(f.severity, f.code) for f in socket] == [("error", "wrong")], socket
