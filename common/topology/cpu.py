@@ -34,7 +34,7 @@ from topodra.common.topology.parse import (
     read_cpus,
     read_id,
 )
-from topodra.common.topology.reader import SysfsReader, is_dir
+from topodra.common.topology.reader import SysfsReader, is_dir, shown
 
 CPU_DIR = "sys/devices/system/cpu"
 _CPU_NAME = re.compile(r"cpu(\d+)\Z")
@@ -96,7 +96,7 @@ def find_cpus(r: SysfsReader) -> CpuPresence:
             if text in ("0", "1"):
                 state = text == "1"
             else:
-                r.warn(rel, f"not 0 or 1: {text[:40]!r}")
+                r.warn(rel, f"not 0 or 1: {shown(text)}")
         if state is None:
             # cpu0 often has no online file (it cannot be unplugged); some captures have none at all.
             if not global_read:
@@ -122,7 +122,7 @@ def _first_cpus(r: SysfsReader, base: str, names: tuple[str, ...]) -> frozenset[
         )
         if value is not None:
             return value
-        r.warn(rel, f"not a CPU {'list' if name.endswith('_list') else 'mask'}: {text[:40]!r}")
+        r.warn(rel, f"not a CPU {'list' if name.endswith('_list') else 'mask'}: {shown(text)}")
     return None
 
 
@@ -255,7 +255,7 @@ def _core_types(r: SysfsReader, usable: frozenset[int]) -> dict[int, str]:
             continue
         cpus = parse_cpulist(text)
         if cpus is None:
-            r.warn(rel, f"not a CPU list: {text[:40]!r}")
+            r.warn(rel, f"not a CPU list: {shown(text)}")
             continue
         for c in cpus & usable:
             out[c] = kind
@@ -414,7 +414,7 @@ def _read_caches(
             ctype = _CACHE_TYPES.get(ctype_text)
             if ctype is None:
                 if ctype_text != "Unknown":
-                    r.warn(f"{d}/type", f"unknown cache type: {ctype_text[:40]!r}")
+                    r.warn(f"{d}/type", f"unknown cache type: {shown(ctype_text)}")
                 continue
             if level is None:
                 continue
@@ -424,7 +424,7 @@ def _read_caches(
             if size_text is not None:
                 size = parse_size(size_text)
                 if size is None:
-                    r.warn(size_rel, f"not a size: {size_text[:40]!r}")
+                    r.warn(size_rel, f"not a size: {shown(size_text)}")
             cpu_tuple = tuple(sorted(cpus))
             ckey = (level, ctype, cpu_tuple)
             if ckey in seen:

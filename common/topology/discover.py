@@ -18,8 +18,14 @@ class NotASysfsTree(ValueError):
     """The root has no sys/devices/system/cpu: nothing here describes a machine."""
 
 
-def check_root(root: str | os.PathLike[str]) -> None:
-    if not os.path.isdir(os.path.join(os.fspath(root), "sys", "devices", "system", "cpu")):
+def check_root(root: str | os.PathLike[str], reader: SysfsReader | None = None) -> None:
+    """Raises NotASysfsTree unless sys/devices/system/cpu is a folder beneath `root` (looked up
+    as the reader resolves paths: a `sys` link out of a capture does not count)."""
+    try:
+        r = SysfsReader(root) if reader is None else reader
+    except OSError as e:
+        raise NotASysfsTree(f"{os.fspath(root)!s} is not a sysfs root: {e.strerror}") from None
+    if not r.is_dir("sys/devices/system/cpu"):
         raise NotASysfsTree(f"{os.fspath(root)!s} is not a sysfs root: no sys/devices/system/cpu in it")
 
 
@@ -63,5 +69,9 @@ def discover_with(r: SysfsReader) -> Topology:
 
 def discover(root: str | os.PathLike[str] = "/") -> Topology:
     """Read the machine under `root`. Raises NotASysfsTree only when root is not sysfs at all."""
-    check_root(root)
-    return discover_with(SysfsReader(root))
+    try:
+        r = SysfsReader(root)
+    except OSError as e:
+        raise NotASysfsTree(f"{os.fspath(root)!s} is not a sysfs root: {e.strerror}") from None
+    check_root(root, r)
+    return discover_with(r)

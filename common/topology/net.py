@@ -8,7 +8,7 @@ import re
 from topodra.common.topology.model import DeviceNode, NetInterface, PciFunction, RdmaDevice
 from topodra.common.topology.parse import parse_int
 from topodra.common.topology.pci import nearest_function
-from topodra.common.topology.reader import SysfsReader, is_link
+from topodra.common.topology.reader import SysfsReader, is_link, shown
 
 NET_DIR = "sys/class/net"
 IB_DIR = "sys/class/infiniband"
@@ -40,7 +40,7 @@ def _int(r: SysfsReader, rel: str, *, empty_ok: bool = False) -> int | None:
         return None
     n: int | None = parse_int(text)
     if n is None:
-        r.warn(rel, f"not an integer: {text[:40]!r}")
+        r.warn(rel, f"not an integer: {shown(text)}")
     return n
 
 
@@ -56,7 +56,7 @@ def read_interfaces(
         pci = None if virtual or device_path is None else nearest_function(device_path)
         mac = r.read(f"{d}/address", quiet_errors=_QUIET)
         if mac is not None and not _MAC.match(mac):
-            r.warn(f"{d}/address", f"not a MAC address: {mac[:40]!r}")
+            r.warn(f"{d}/address", f"not a MAC address: {shown(mac)}")
             mac = None
         # captures of down links hold empty speed/carrier files (the kernel answered EINVAL)
         speed = _int(r, f"{d}/speed", empty_ok=True)
@@ -100,7 +100,7 @@ def read_rdma(r: SysfsReader, functions: dict[str, PciFunction]) -> tuple[RdmaDe
                 a, _, b = text.partition(":")
                 major, minor = parse_int(a), parse_int(b)
                 if major is None or minor is None:
-                    r.warn(f"{cls}/{e.name}/dev", f"not major:minor: {text[:40]!r}")
+                    r.warn(f"{cls}/{e.name}/dev", f"not major:minor: {shown(text)}")
                     major = minor = None
             node_kind = kind or e.name.rstrip("0123456789")
             chars.setdefault(ibdev, []).append(

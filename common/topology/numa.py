@@ -6,7 +6,7 @@ import re
 
 from topodra.common.topology.model import NumaNode
 from topodra.common.topology.parse import parse_int, read_cpus
-from topodra.common.topology.reader import SysfsReader, is_dir
+from topodra.common.topology.reader import SysfsReader, is_dir, shown
 
 NODE_DIR = "sys/devices/system/node"
 _NODE_NAME = re.compile(r"node(\d+)\Z")
@@ -57,7 +57,7 @@ def read_nodes(r: SysfsReader, usable: frozenset[int]) -> tuple[NumaNode, ...]:
             if values and all(v is not None and v >= 0 for v in values):
                 rows[n] = tuple(v for v in values if v is not None)
             else:
-                r.warn(rel, f"not a distance row: {text[:40]!r}")
+                r.warn(rel, f"not a distance row: {shown(text)}")
 
     # A row has one entry per *online* node, which is not always the set of nodeN folders
     # (a capture may hide a node): fall back on the online, then the possible list.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from topodra.common.topology.reader import SysfsReader
+from topodra.common.topology.reader import SysfsReader, shown
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 _DEC = frozenset("0123456789")
@@ -154,7 +154,7 @@ def _read_number(
         return None
     value = parse(text)
     if value is None:
-        r.warn(rel, f"not {what}: {text[:40]!r}")
+        r.warn(rel, f"not {what}: {shown(text)}")
     return value
 
 
@@ -183,5 +183,5 @@ def read_cpus(r: SysfsReader, mask_rel: str | None, list_rel: str | None) -> fro
         value = cached_cpumask(r, text) if is_mask else parse_cpulist(text)
         if value is not None:
             return value
-        r.warn(rel, f"not a CPU {'mask' if is_mask else 'list'}: {text[:40]!r}")
+        r.warn(rel, f"not a CPU {'mask' if is_mask else 'list'}: {shown(text)}")
     return None

@@ -17,7 +17,7 @@ import re
 from topodra.common.topology import classify
 from topodra.common.topology.model import DeviceNode, PcieLink, PcieRoot, PciFunction, Sriov
 from topodra.common.topology.parse import parse_int, read_cpus, read_hex, read_id, read_int
-from topodra.common.topology.reader import SysfsReader, is_dir, is_link
+from topodra.common.topology.reader import SysfsReader, is_dir, is_link, shown
 
 BUS_DIR = "sys/bus/pci/devices"
 BDF = re.compile(r"[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\Z")
@@ -126,7 +126,7 @@ def _dev_numbers(r: SysfsReader, rel: str) -> tuple[int | None, int | None]:
     major, sep, minor = text.partition(":")
     a, b = parse_int(major), parse_int(minor)
     if not sep or a is None or b is None:
-        r.warn(rel, f"not major:minor: {text[:40]!r}")
+        r.warn(rel, f"not major:minor: {shown(text)}")
         return None, None
     return a, b
 
@@ -142,7 +142,7 @@ def _aer(r: SysfsReader, rel: str) -> tuple[tuple[str, int], ...] | None:
             continue
         n = parse_int(fields[-1]) if len(fields) == 2 else None
         if n is None:
-            r.warn(rel, f"not 'NAME COUNT' lines: {line[:40]!r}")
+            r.warn(rel, f"not 'NAME COUNT' lines: {shown(line)}")
             return None
         out.append((fields[0], n))
     return tuple(out)
@@ -219,7 +219,7 @@ def _read_function(
         if total_text is not None:
             total = parse_int(total_text)
             if total is None:
-                r.warn(f"{d}/sriov_totalvfs", f"not an integer: {total_text[:40]!r}")
+                r.warn(f"{d}/sriov_totalvfs", f"not an integer: {shown(total_text)}")
             numvfs = read_int(r, f"{d}/sriov_numvfs")
             for i in range(min(numvfs or 0, 4096)):
                 vf = _basename_link(r, f"{d}/virtfn{i}")

@@ -30,6 +30,12 @@ def root_problem(root: str) -> str | None:
     if not os.path.isdir(root):
         return f"--sysfs-root {root}: no such folder"
     if os.path.isdir(os.path.join(root, "sys", "devices", "system", "cpu")):
+        from topodra.common.topology.discover import NotASysfsTree, check_root
+
+        try:  # as discovery will look it up: beneath the root, a link out of it does not count
+            check_root(root)
+        except NotASysfsTree:
+            return f"--sysfs-root {root}: its sys/devices/system/cpu leads out of it (a link); not a capture"
         return None
     if os.path.isdir(os.path.join(root, "devices", "system", "cpu")):
         parent = os.path.dirname(os.path.abspath(root))
