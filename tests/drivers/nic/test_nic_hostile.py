@@ -154,3 +154,18 @@ def test_hook_log_is_bounded(hook: Path, tmp_path: Path) -> None:
     assert old.exists() and old.stat().st_size < limit + line
     assert "claim-39" in log.read_text()  # the newest lines are the ones kept
     assert sorted(p.name for p in state.iterdir()) == ["hook.log", "hook.log.1"]
+
+
+def test_a_long_ip_list_is_refused_before_any_entry_is_read(tree: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The list bound of the CPU driver's CPU lists, for the NIC's one list: 10,000 entries (each a
+    valid address, so only the count can refuse them) cost nothing past the count and never
+    reach the hook's arguments."""
+    d = driver_for(tree, tmp_path)
+    ref = ClaimRef("tenant", "many", "7a0c1f2e-0000-4000-8000-000000000005")
+    many = [f"10.{i >> 8 & 255}.{i & 255}.1/32" for i in range(10_000)]
+    with pytest.raises(ConfigError) as e:
+        d.prepare(ref, [AllocatedDevice("nic", NODE, ENO2)], [nic_config(ips=many)])
+    message = str(e.value)
+    assert message.startswith("claim tenant/many: config FromClaim #0, field 'ips': "), message
+    assert "at most 16" in message and len(message) < 400
+    assert d.held() == {}
