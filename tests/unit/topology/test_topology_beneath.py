@@ -21,7 +21,7 @@ from topodra.common.topology.jsonview import to_json
 from topodra.drivers.cli.main import main
 
 from tests.conftest import FixtureTrees
-from tests.unit.topology.sysfs_tree import CPU, NODE, basic_machine
+from tests.kit.sysfs import CPU, NODE, basic_machine
 from tests.unit.topology.test_topology_pci import switch_machine
 
 SECRET = "TOPSECRET-d2f1c0ffee-the-readers-own-file"

@@ -209,6 +209,8 @@ def test_slices_socket_follows_packages_resolved_from_contradicting_masks(
     tree = basic_machine(tmp_path, cpus=8, packages=2)
     tree.file(f"{CPU}/cpu0/topology/package_cpus", mask([0, 1]))  # CPUs 1-3 and the ids say 0-3
     argv = ["slices", "--driver", "cpu", "--cpu-device-granularity", "core", "--sysfs-root", str(tmp_path)]
+    # the shared pool is CPU 7 (by default it would be cpu0's core, the CPU whose mask contradicts)
+    argv += ["--cpu-reserved-cpus", "7", "--cpu-shared-min", "0"]
     assert main([*argv, "-o", "json"]) == 0
     socket_of = {
         int(d["attributes"]["cpu.topodra.io/cpus"]["string"]): d["attributes"]["topology.topodra.io/socket"][
@@ -217,4 +219,4 @@ def test_slices_socket_follows_packages_resolved_from_contradicting_masks(
         for s in json.loads(capsys.readouterr().out)["items"]
         for d in s["spec"]["devices"]
     }
-    assert socket_of == {n: n // 4 for n in range(8)}  # two sockets, as the machine has
+    assert socket_of == {n: n // 4 for n in range(7)}  # two sockets, as the machine has
