@@ -27,6 +27,11 @@ def add_root_argument(parser: argparse.ArgumentParser) -> None:
 
 def root_problem(root: str) -> str | None:
     """One clear sentence when `root` is not a sysfs root, else None."""
+    if os.path.isfile(root) and root.endswith((".tar.xz", ".txz", ".tar")):
+        return (
+            f"--sysfs-root {root} is an archive (a capture?); unpack it and pass the folder: "
+            f"mkdir m && tar -xf {root} -C m"
+        )
     if not os.path.isdir(root):
         return f"--sysfs-root {root}: no such folder"
     if os.path.isdir(os.path.join(root, "sys", "devices", "system", "cpu")):

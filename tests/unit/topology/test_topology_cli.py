@@ -112,6 +112,23 @@ def test_not_a_sysfs_tree_is_one_message_and_status_2(
     assert "no such folder" in capsys.readouterr().err
 
 
+def test_a_capture_archive_as_root_says_how_to_unpack_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`topodra capture` writes a .tar.xz; handing it to --sysfs-root said only 'no such folder'."""
+    basic_machine(tmp_path / "m", cpus=1)
+    archive = tmp_path / "me.tar.xz"
+    assert main(["capture", "--sysfs-root", str(tmp_path / "m"), "--file", str(archive)]) == 0
+    capsys.readouterr()
+    assert main(["inspect", "--sysfs-root", str(archive)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "is an archive" in line and f"tar -xf {archive} -C m" in line, line
+    unpacked = tmp_path / "u"
+    unpacked.mkdir()
+    subprocess.run(["tar", "-xf", str(archive), "-C", str(unpacked)], check=True)
+    assert main(["inspect", "--sysfs-root", str(unpacked)]) == 0
+
+
 def test_sys_folder_itself_gets_a_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     basic_machine(tmp_path, cpus=1)
     assert main(["inspect", "--sysfs-root", str(tmp_path / "sys")]) == 2
