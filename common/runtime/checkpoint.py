@@ -1,12 +1,16 @@
 """The driver's own record of prepared claims, in `--state-dir`, surviving crashes and reboots.
 
 The kubelet sends unprepare from its own checkpoint, possibly after the ResourceClaim is gone,
-so this file is the only place that knows what a claim holds. Each claim has one of two
-phases. `started` means "in transition, undo on restart": it is written before the driver
-touches anything on prepare, and again before the driver releases anything on unprepare, so a
-crash at any point leaves a record whose rollback (driver unprepare + spec removal) is right.
-`completed` is written once the driver and the CDI spec are done, so the answer can be repeated
-and the spec rewritten after a reboot. A `started` record still reserves its devices.
+so this file is the only place that knows what a claim holds across a reboot. Each claim has one
+of two phases. `completed` is written once the driver and the CDI spec are done (the one durable
+write of a prepare), so the answer can be repeated and the spec rewritten after a reboot.
+`started` means "in transition, undo on restart": it is written before the driver releases
+anything on unprepare (the one durable write of an unprepare), and the claim leaves the file
+once released, by a write that is not synced; so a crash at any point leaves a record whose
+rollback (driver unprepare + spec removal) is right, or none. An interrupted prepare is not in
+this file at all: its CDI spec, written before the driver acts, is the mark a restart finds. A
+`started` record still reserves its devices. Why this is crash safe:
+docs/design/claim-lifecycle.md.
 
 File `<driver>.checkpoint.json`:
 
@@ -26,9 +30,10 @@ File `<driver>.checkpoint.json`:
 
 The file is that document's canonical JSON (sorted keys, no whitespace: the same text the
 checksum covers, made once per save by json's C encoder; `python -m json.tool` shows it
-indented). Writes go through temp file + fsync + rename + fsync of the folder, both phases
-alike; `<driver>.lock` (flock) serializes whole operations between instances (e.g. during a
-rolling update).
+indented). Writes go through temp file + fsync + rename + fsync of the folder; `<driver>.lock`
+(flock) serializes whole operations between instances (e.g. during a rolling update), and holds
+the token of the instance that held it last, so that an instance notices another one's
+operations that wrote only CDI specs (an interrupted prepare) and not this file.
 """
 
 from __future__ import annotations
@@ -324,8 +329,10 @@ class Checkpoint:
         self._lock_timeout = lock_timeout
         self._identity: tuple[int, int, int, int] | None = None
         self._encoded: dict[str, tuple[ClaimRecord, bytes]] = {}  # uid -> (record, its _member)
-        self._outcome_on_disk = False  # the file is one we wrote at the end of an operation
         self._dir_ready = False
+        # this instance's mark in the lock file (fixed size: a rewrite needs no truncate)
+        self._token = f"topodra-instance {os.urandom(8).hex()}\n".encode()
+        self._foreign = False  # another instance held the lock since we last did
 
     def ensure_dir(self) -> None:
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -351,6 +358,11 @@ class Checkpoint:
                             f"another instance holds {self.lock_path} for more than {self._lock_timeout:.0f}s"
                         ) from e
                     time.sleep(0.002)
+            # another instance may have held the lock meanwhile and written only CDI specs (a
+            # prepare it did not finish): its token in the lock file says so
+            if os.pread(fd, len(self._token) + 1, 0) != self._token:
+                self._foreign = True
+                os.pwrite(fd, self._token, 0)
             yield
         finally:
             os.close(fd)  # releases the flock
@@ -363,11 +375,13 @@ class Checkpoint:
         return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
     def changed_on_disk(self) -> bool:
-        """True when someone else wrote the file since our last load or save (call under lock)."""
-        return self._stat_identity() != self._identity
+        """True when someone else wrote the file, or held the lock, since our last load (call
+        under lock); the next `load` clears it."""
+        return self._foreign or self._stat_identity() != self._identity
 
     def load(self) -> Loaded:
         """The records in the file; a damaged file is set aside (see `Loaded`)."""
+        self._foreign = False
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -378,7 +392,6 @@ class Checkpoint:
         except _Corrupt as e:
             return self._damaged(str(e))
         self._identity = self._stat_identity()
-        self._outcome_on_disk = False  # unknown (maybe an interrupted operation's): not kept
         return Loaded(records)
 
     def _damaged(self, why: str) -> Loaded:
@@ -387,7 +400,6 @@ class Checkpoint:
         )
         os.replace(self.path, aside)
         self._identity = None
-        self._outcome_on_disk = False
         fallback: dict[str, ClaimRecord] = {}
         prev = "no previous good file"
         try:
@@ -412,11 +424,14 @@ class Checkpoint:
         )
         return Loaded({}, damage=why, fallback=fallback)
 
-    def save(self, records: Mapping[str, ClaimRecord], *, intent: bool = False) -> None:
+    def save(self, records: Mapping[str, ClaimRecord], *, durable: bool = True) -> None:
         """Write `records` atomically and durably (fsync of the file before the rename and of the
-        folder after it). `intent`: the save that opens an operation ("started" records before
-        the driver acts); it first keeps the file it replaces, the outcome of the operation
-        before, as the previous good one.
+        folder after it; the claim core makes one such write per operation). The file it replaces,
+        the outcome of the operation before, is kept as the previous good one (a hard link: no
+        data written, made durable by the same fsync of the folder).
+
+        `durable=False`: atomic only, and the previous file is left as it is; for a write whose
+        loss in a power cut leaves a file that says the same (see the claim core's unprepare).
 
         Each record's JSON is kept from the save that first wrote it, keyed on the record object
         itself: records are immutable values (the claim core replaces a record to change it), so
@@ -429,11 +444,10 @@ class Checkpoint:
             rec = records[uid]
             known = self._encoded.get(uid)
             encoded[uid] = known if known is not None and known[0] is rec else (rec, _member(uid, rec))
-        if intent and self._outcome_on_disk:
+        if durable:
             self._keep_previous()
-        atomic_write(self.path, _document(self.driver, (e[1] for e in encoded.values())))
+        atomic_write(self.path, _document(self.driver, (e[1] for e in encoded.values())), durable=durable)
         self._encoded = encoded
-        self._outcome_on_disk = not intent
         self._identity = self._stat_identity()
 
     def _keep_previous(self) -> None:

@@ -5,9 +5,12 @@ guards against a device being given to two claims (the driver is the last line o
 calls the driver, writes the claim's CDI spec (spec.py) and keeps the checkpoint. Every claim is
 handled on its own: a bad claim gets an error string naming it, the other claims of the same
 call go on. Operations are serialized per driver (a thread lock inside the process, the
-checkpoint's file lock between processes) and batched (queue.py). What is written when, and what
-a restart does after a crash at any point or with a damaged file (recovery.py):
-docs/design/claim-lifecycle.md.
+checkpoint's file lock between processes) and batched (queue.py). Each operation makes one
+durable write: a prepare the checkpoint with its claims completed, after the driver acted; an
+unprepare the checkpoint with its claims started, before the driver releases anything (and,
+once released, the checkpoint without them, not synced). What is
+written when, why that is crash safe, and what a restart does after a crash at any point or with
+a damaged file (recovery.py): docs/design/claim-lifecycle.md.
 """
 
 from __future__ import annotations
@@ -111,6 +114,8 @@ class ClaimManager:
         self._calls = CallQueue()
         self._here: tuple[tuple[Device, ...], dict[str, Device]] | None = None
         self._records: dict[str, ClaimRecord] = {}
+        # the file still has "started" records of claims released since (see _unprepare_many)
+        self._released_in_file = False
         self._started = False
         self._metrics = _Metrics(driver.name)
         self._log = _log.bind(driver=driver.name)
@@ -155,9 +160,13 @@ class ClaimManager:
         return self.reconcile()
 
     def _reload(self) -> None:
-        """Another instance changed the checkpoint: adopt its view, tell the driver."""
+        """Another instance held the lock since we did: adopt its view, tell the driver. Its
+        operations are over (the lock is held for whole operations), so a "started" record or a
+        spec of a claim its checkpoint does not know is one it released or never finished: rolled
+        back here, as a restart would (the driver's unprepare is idempotent)."""
         self._records = adopt(self._checkpoint.load(), self._cdi, self.driver.name, self.pools, self._log)
-        self._log.info(f"checkpoint changed by another instance; reloaded {len(self._records)} claims")
+        self._log.info(f"another instance held the checkpoint; reloaded {len(self._records)} claims")
+        self._released_in_file = self._rollback_started()
         self.driver.restore(self._completed_preparations())
 
     def _completed_preparations(self) -> dict[ClaimRef, Preparation]:
@@ -172,7 +181,9 @@ class ClaimManager:
         for rec in list(self._records.values()):
             if rec.phase is Phase.STARTED:
                 self._log.warning(
-                    f"{label(rec.claim)}: prepare was interrupted; rolling back", **logs.claim(rec.claim)
+                    f"{label(rec.claim)}: in transition at the last stop (a prepare not answered or an "
+                    "unprepare); rolling back",
+                    **logs.claim(rec.claim),
                 )
                 self._rollback(rec)
         self.driver.restore(self._completed_preparations())
@@ -202,9 +213,14 @@ class ClaimManager:
                 f"{label(rec.claim)}: cannot rewrite CDI spec: {e}", **logs.claim(rec.claim), error=str(e)
             )
 
+    def _save(self) -> None:
+        """The one durable write of an operation (docs/design/claim-lifecycle.md)."""
+        self._checkpoint.save(self._records)
+        self._released_in_file = False
+
     def _save_best_effort(self) -> None:
         try:
-            self._checkpoint.save(self._records)
+            self._save()
         except OSError as e:
             self._log.error(f"cannot write checkpoint {self._checkpoint.path}: {e}", error=str(e))
 
@@ -225,6 +241,11 @@ class ClaimManager:
             return False
         self._records.pop(rec.claim.uid, None)
         return True
+
+    def _rollback_started(self) -> bool:
+        """Roll back every "started" record; True when any went."""
+        started = [rec for rec in self._records.values() if rec.phase is Phase.STARTED]
+        return any([self._rollback(rec) for rec in started])
 
     def start_reconciler(self, interval: float = 60.0, jitter: float = 0.2) -> None:
         """Reconcile in a daemon thread about every `interval` seconds until `close()`; each wait
@@ -379,25 +400,13 @@ class ClaimManager:
                 cdi_file=self._cdi.file_name(claim.uid),
             )
             pending.append(checked)
-        if not pending:
-            if dirty:
-                self._save_best_effort()
-            return out
-
-        try:
-            self._checkpoint.save(self._records, intent=True)  # phase 1: started, before the driver acts
-        except OSError as e:
-            for c in pending:
-                self._records.pop(c.claim.uid, None)
-                out[c.claim.uid] = ClaimOutcome(error=f"{label(c.claim)}: cannot write checkpoint: {e}")
-            return out
-
         done: list[ClaimRecord] = []
         kind, name = self._cdi.kind, self.driver.name
         for c in pending:
             started = self._records[c.claim.uid]
             try:
-                # the spec names the devices before the driver acts (see spec.py)
+                # the spec names the devices before the driver acts: it is the "started" mark a
+                # restart finds (survives a kill; a power loss also resets what the driver did)
                 self._cdi.write(c.claim.uid, spec.provisional(kind, name, c.claim, c.allocated))
                 prep = self.driver.prepare(c.claim, c.allocated, c.configs)
                 # the record keeps its own copy, exactly as a restart reads it back, and must
@@ -414,9 +423,13 @@ class ClaimManager:
             rec = replace(started, phase=Phase.COMPLETED, preparation=prep, result=result, cdi_spec=doc)
             self._records[c.claim.uid] = rec
             done.append(rec)
+        if not done:
+            if dirty:
+                self._save_best_effort()
+            return out
 
         try:
-            self._checkpoint.save(self._records)  # phase 2: completed
+            self._save()  # the one durable write: completed, before the answer
         except OSError as e:
             for rec in done:
                 self._records[rec.claim.uid] = replace(rec, phase=Phase.STARTED)
@@ -474,7 +487,7 @@ class ClaimManager:
         if any(r.phase is Phase.COMPLETED for r in before.values()):
             self._records.update(leaving)
             try:
-                self._checkpoint.save(self._records, intent=True)
+                self._save()  # the one durable write: started, before the driver releases
             except OSError as e:
                 self._records.update(before)
                 for uid, rec in before.items():
@@ -492,13 +505,15 @@ class ClaimManager:
                 continue
             del self._records[uid]
             released.append(rec)
-        try:
-            self._checkpoint.save(self._records)
-        except OSError as e:
-            for rec in released:
-                self._records[rec.claim.uid] = rec  # still "started": undone again on restart
-                out[rec.claim.uid] = f"{label(rec.claim)}: cannot update checkpoint: {e}"
-            return out
+        if released:
+            # the claims leave the file, without a sync: a power cut that loses this write leaves
+            # the synced file, which says "started" (rolled back again, a no-op for the driver)
+            try:
+                self._checkpoint.save(self._records, durable=False)
+                self._released_in_file = False
+            except OSError as e:
+                self._released_in_file = True  # the next write drops them (at worst reconcile's)
+                self._log.warning(f"cannot write checkpoint {self._checkpoint.path}: {e}", error=str(e))
         for rec in released:
             out[rec.claim.uid] = ""
             for a in rec.allocated:
@@ -517,12 +532,11 @@ class ClaimManager:
         retry rollbacks. The GETs run outside the lock, so an unreachable API server never
         blocks prepare."""
         with self._serialized():
-            for rec in list(self._records.values()):
-                if rec.phase is Phase.STARTED:
-                    self._rollback(rec)
+            rolled = self._rollback_started()
             # a record rebuilt from a spec that did not say which claim it is has no name to GET
             snapshot = [r for r in self._records.values() if r.phase is Phase.COMPLETED and r.claim.name]
-            self._save_best_effort()
+            if rolled or self._released_in_file:
+                self._save_best_effort()  # drops what was released since the last write
         report = ReconcileReport(unprepared=[], kept=[], unreachable=False)
         stale = self._judge.round(snapshot, report)
         if stale:

@@ -1,8 +1,8 @@
 """Group commit of prepare and unprepare calls.
 
-Calls are serialized, and every checkpoint write costs an fsync. Calls that arrive while another
-is being served queue up, and the next batch serves the whole queue with one checkpoint write per
-phase, in the order `stages` gives.
+Calls are serialized, and every checkpoint write costs two fsyncs. Calls that arrive while
+another is being served queue up, and the next batch serves the whole queue with one checkpoint
+write per run of one operation, in the order `stages` gives (docs/design/claim-lifecycle.md).
 
 One caller at a time is the leader: it serves batches until its own call is done, then hands the
 lead to the oldest waiting call. Everybody else waits on its own call's event, so an answered call

@@ -21,16 +21,20 @@ def adopt(
 ) -> dict[str, ClaimRecord]:
     """The records to hold after a load, with the CDI specs on disk.
 
-    A usable checkpoint is the truth: a spec of a claim it does not know (only damage or a
-    bug leave one, as a spec is written after the claim's "started" record and removed before
-    its record goes) is rolled back as an interrupted prepare when it says what it holds,
-    else removed. A damaged checkpoint is rebuilt from the specs, which name every device the
-    driver may hold for a claim, over the previous good file's records (`Loaded.fallback`):
-    fail closed, a device named anywhere stays held until its claim is unprepared."""
+    A usable checkpoint is the truth for what it says is completed. A spec of a claim it does not
+    know is an interrupted prepare (the spec is written before the driver acts, the checkpoint
+    only once it answered): rolled back with what the spec says the claim holds, or removed when
+    it says nothing. A spec of a claim the checkpoint says is "started" (an unprepare, maybe of an
+    earlier preparation of the same claim) is newer than that record and names what the driver
+    may hold now: the rollback uses it. A damaged checkpoint is rebuilt from the specs, which
+    name every device the driver may hold for a claim, over the previous good file's records
+    (`Loaded.fallback`): fail closed, a device named anywhere stays held until its claim is
+    unprepared."""
     records = dict(loaded.records) if loaded.damage is None else dict(loaded.fallback)
     kind = cdi.kind
     for spec_id in cdi.list_ids():
-        if loaded.damage is None and spec_id in records:
+        known = records.get(spec_id) if loaded.damage is None else None
+        if known is not None and known.phase is Phase.COMPLETED:
             continue
         file_name = cdi.file_name(spec_id)
         try:
@@ -42,6 +46,10 @@ def adopt(
         except (ValueError, RecursionError):
             doc = None
         rec = spec.record_from_spec(kind, driver, spec_id, file_name, doc) if is_uid(spec_id) else None
+        if known is not None:
+            if rec is not None:
+                records[spec_id] = replace(rec, phase=Phase.STARTED)
+            continue
         if loaded.damage is None:
             if rec is None:
                 cdi.remove(spec_id)

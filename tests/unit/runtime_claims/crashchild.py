@@ -7,7 +7,7 @@ separate process running the ClaimManager on real files, killed with SIGKILL by 
 
 A trial child recovers (ClaimManager.start), writes `{"t": "ready"}` to its log, then runs random
 prepare/unprepare calls until it is killed, logging `{"t": "B", ...}` before and `{"t": "A", ...}`
-with the answers after each call. With `crash_io` set it SIGKILLs itself at that fsync/rename
+with the answers after each call. With `crash_io` set it SIGKILLs itself at that fsync/rename/unlink/link
 (counted after ready, or from the start with `crash_in_recovery`), exactly before or after the
 real call, to hit every write boundary.
 """
@@ -45,7 +45,7 @@ def build_manager(cfg: dict[str, Any]) -> ClaimManager:
 
 
 def _install_io_crash(count: int, after: bool) -> Callable[[], None]:
-    """Wrap os.fsync/os.replace; the `count`-th call once armed kills this process."""
+    """Wrap os.fsync/replace/unlink/link; the `count`-th call once armed kills this process."""
     seen = 0
     armed = False
     lock = threading.Lock()
@@ -59,15 +59,18 @@ def _install_io_crash(count: int, after: bool) -> Callable[[], None]:
                 hit = armed and seen == count
             if hit and not after:
                 os.kill(os.getpid(), signal.SIGKILL)
-            result = real(*args)
-            if hit:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return result
+            try:
+                return real(*args)
+            finally:  # also after a call that failed (an unlink of a file already gone)
+                if hit:
+                    os.kill(os.getpid(), signal.SIGKILL)
 
         return call
 
     os.fsync = wrap(os.fsync)
     os.replace = wrap(os.replace)
+    os.unlink = wrap(os.unlink)  # a spec removed: the last step of an unprepare
+    os.link = wrap(os.link)  # the previous checkpoint kept
 
     def arm() -> None:
         nonlocal armed

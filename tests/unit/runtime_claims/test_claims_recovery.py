@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from topodra.common.runtime.checkpoint import (
@@ -296,3 +297,57 @@ def test_reconcile_reads_the_watch_cache_and_confirms_changes_with_a_quorum_read
     report = m.reconcile()  # the two changed claims are read again from etcd before acting
     assert (claim_store.gets - gets, claim_store.cached_gets - cached) == (6, 4)
     assert report.unprepared == [refs[1].uid] and report.suspected == [refs[0].uid]
+
+
+def _dies_after_the_driver_acted(driver: HoldDriver) -> None:
+    """The process is killed after the driver prepared and before the checkpoint's one write."""
+    real = driver.prepare
+
+    def killed(*args: Any) -> Any:
+        real(*args)
+        raise SystemExit("killed")
+
+    setattr(driver, "prepare", killed)  # noqa: B010 (an instance attribute over the method)
+
+
+def test_an_instance_finds_the_prepare_another_instance_never_finished(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    """A prepare writes the checkpoint only once the driver answered, so an instance that dies
+    before leaves only its CDI spec. The other instance on the state folder learns that someone
+    held the lock from the lock file's token, re-reads the specs and rolls the claim back, instead
+    of handing its device out again."""
+    first, second = HoldDriver(dirs["hw"]), HoldDriver(dirs["hw"])
+    a, b = make_manager(first), make_manager(second)
+    c1, c2 = put(claim_store, "c1", "dev-0"), put(claim_store, "c2", "dev-0")  # c1 deallocated since
+    _dies_after_the_driver_acted(first)
+    with pytest.raises(SystemExit):
+        a.prepare([c1])
+    assert second.holdings() == {"dev-0": c1.uid} and spec_path(dirs, c1.uid).exists()
+    assert not b.prepare([c2])[c2.uid].error
+    assert second.violations() == []
+    assert second.holdings() == {"dev-0": c2.uid} and not spec_path(dirs, c1.uid).exists()
+
+
+def test_a_claim_prepared_again_after_its_unprepare_is_rolled_back_with_its_new_devices(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    """The unprepare's "started" record stays in the file until the next write. If the same claim
+    is prepared again (reallocated meanwhile) and the process dies before that write, the record
+    names the old devices; the new spec names what the driver holds now, and the restart
+    releases that."""
+    ref = put(claim_store, "c", "dev-0")
+    driver = HoldDriver(dirs["hw"])
+    m = make_manager(driver)
+    assert not m.prepare([ref])[ref.uid].error
+    assert m.unprepare([ref]) == {ref.uid: ""}
+    claim_store.put(claim_object("ns1", "c", ref.uid, [Result("r", "dev-1")]))
+    _dies_after_the_driver_acted(driver)
+    with pytest.raises(SystemExit):
+        m.prepare([ref])
+    assert driver.holdings() == {"dev-1": ref.uid}
+
+    d2 = HoldDriver(dirs["hw"])
+    m2 = make_manager(d2)
+    assert m2.prepared() == {} and d2.holdings() == {} and not spec_path(dirs, ref.uid).exists()
+    assert d2.violations() == []
