@@ -20,7 +20,7 @@ The rules:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from topodra.common.records import record
 
 TYPE_CHECKING = False  # not typing's: importing typing costs milliseconds on the inspect path
 if TYPE_CHECKING:  # model.py imports this module: its types are only needed for annotations
@@ -34,7 +34,7 @@ COMPUTE_NODE_KINDS = frozenset({"drm-render", "accel"})
 DRIVERS_WITH_OWN_NODES = frozenset({"vfio-pci", "nvidia"})
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ConsoleAdapter:
     vendor: int
     device: int | None  # None: every display function of the vendor

@@ -14,9 +14,9 @@ SYS   nothing in common, or unknown                           nvidia-smi: SYS
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import IntEnum
 
+from topodra.common.records import record
 from topodra.common.topology.model import PciFunction, Topology
 
 
@@ -33,7 +33,7 @@ class Locality(IntEnum):
         return "X" if self is Locality.SELF else self.name
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Level:
     """What one code means, which attribute aligns it, and the nvidia-smi codes it covers."""
 

@@ -1,7 +1,8 @@
 """Immutable picture of one machine, as `discover()` reads it from a sysfs root.
 
-Every type here is a frozen, slotted dataclass holding tuples, so a `Topology` can be shared
-between threads and cached without copies. CPU lists are sorted tuples of Linux CPU numbers;
+Every type here is a frozen, slotted record (common/records.py: a dataclass without the import
+cost on `topodra inspect`) holding tuples, so a `Topology` can be shared between threads and
+cached without copies. CPU lists are sorted tuples of Linux CPU numbers;
 unless a field says otherwise they hold *usable* CPUs only (online and with a `topology/` folder).
 Packages and cores carry a stable `index` (ordered by lowest CPU) besides the kernel `id`, because
 kernel ids repeat or are -1 on some machines: always refer to a package or core by its index.
@@ -26,8 +27,7 @@ Lookups on `Topology` (pure, no I/O):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from topodra.common.records import field, record
 from topodra.common.topology import classify, pciids
 
 CpuList = tuple[int, ...]
@@ -36,7 +36,7 @@ _NETWORK_BASE_CLASS = 0x02
 _BRIDGE_PCI_CLASS = 0x0604
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DiscoveryWarning:
     """A file that could not be read or understood; discovery went on without it."""
 
@@ -47,7 +47,7 @@ class DiscoveryWarning:
         return f"{self.path}: {self.message}"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Cpu:
     """One cpuN folder. Offline or topology-less CPUs are listed, but only usable ones join groups."""
 
@@ -64,7 +64,7 @@ class Cpu:
     core_type: str | None  # "core" / "atom" (devices/cpu_core, devices/cpu_atom) on hybrid parts
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Package:
     """A socket: CPUs sharing one package mask."""
 
@@ -73,7 +73,7 @@ class Package:
     cpus: CpuList
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Core:
     """CPUs sharing one core mask (SMT siblings); compute-unit halves are separate cores."""
 
@@ -84,7 +84,7 @@ class Core:
     core_type: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Cache:
     """One cache instance, shared by `cpus`."""
 
@@ -97,7 +97,7 @@ class Cache:
     ways: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NumaNode:
     """A NUMA node as sysfs lists it; CPU-less (memory only) and memory-less nodes included."""
 
@@ -110,7 +110,7 @@ class NumaNode:
     all_cpus: CpuList = ()  # cpumap as written, offline CPUs included
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PcieLink:
     """Negotiated and maximum PCIe link; None fields where the kernel reports no link."""
 
@@ -120,7 +120,7 @@ class PcieLink:
     max_width: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Sriov:
     """SR-IOV side of a function: a PF knows its VFs, a VF its PF."""
 
@@ -138,7 +138,7 @@ class Sriov:
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DeviceNode:
     """A character device a container needs, as sysfs names it (the /dev path is conventional)."""
 
@@ -150,7 +150,7 @@ class DeviceNode:
     pci_address: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PciFunction:
     """One PCI function and where it sits: root complex, bridge chain, switch."""
 
@@ -223,7 +223,7 @@ class PciFunction:
         return name
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PcieRoot:
     """A PCIe root complex (the value of resource.kubernetes.io/pcieRoot) and its CPU affinity."""
 
@@ -232,7 +232,7 @@ class PcieRoot:
     numa_node: int | None  # the one numa_node its devices agree on, else None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RdmaDevice:
     """An RDMA device (sys/class/infiniband) with the character devices a container needs."""
 
@@ -243,7 +243,7 @@ class RdmaDevice:
     node_guid: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NetInterface:
     """A network interface, tied to the nearest PCI function above it when it has one."""
 
@@ -261,7 +261,7 @@ class NetInterface:
     sysfs_path: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Topology:
     """The whole machine. Lookups are pure and cheap; see the module docstring for the list."""
 

@@ -13,9 +13,9 @@ the full details on hover.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from xml.sax.saxutils import escape
 
+from topodra.common.records import field, record
 from topodra.common.topology.parse import compress
 from topodra.drivers.cli.inspect_view import Block, Item, View, speed
 
@@ -40,7 +40,7 @@ FILL = {
 }
 
 
-@dataclass
+@record(frozen=False)
 class Box:
     kind: str
     lines: list[str]

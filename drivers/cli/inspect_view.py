@@ -8,8 +8,7 @@ root and NUMA node), which is what keeps a machine with 300 VFs readable.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from topodra.common.records import field, record
 from topodra.common.topology.model import PciFunction, Topology
 from topodra.common.topology.pciclass import class_name
 
@@ -40,7 +39,7 @@ def parse_only(text: str) -> frozenset[str]:
     return frozenset(wanted)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Item:
     """One device shown by inspect (a PF stands for its VFs too)."""
 
@@ -59,7 +58,7 @@ class Item:
         return self.fn.local_cpus
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Block:
     """Devices that share every locality attribute down to `switch` (None: not known / none)."""
 
@@ -70,7 +69,7 @@ class Block:
     items: tuple[Item, ...]
 
 
-@dataclass
+@record(frozen=False)
 class View:
     topology: Topology
     kinds: frozenset[str]

@@ -11,6 +11,7 @@ Standard library only: the inspect path imports this and must stay cheap.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 # for annotations only (strings here): importing typing costs milliseconds on the inspect path
@@ -51,12 +52,39 @@ class VersionAction(argparse.Action):
         parser.exit(EXIT_OK)
 
 
+def terminal_columns() -> int:
+    """The width help is wrapped to, found as `shutil.get_terminal_size` finds it ($COLUMNS,
+    else the terminal on stdout, else 80) without importing shutil: it imports zlib, bz2 and
+    lzma, and argparse asks for the width at every `add_argument`, not only for --help."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns if sys.__stdout__ else 0
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the layout of descriptions and epilogs; the width comes from `terminal_columns`."""
+
+    def __init__(
+        self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None
+    ) -> None:
+        super().__init__(
+            prog, indent_increment, max_help_position, terminal_columns() - 2 if width is None else width
+        )
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line plus a hint, and whose help keeps the
     layout of its description and epilog (examples are indented command lines)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:

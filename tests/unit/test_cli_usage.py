@@ -42,6 +42,28 @@ def test_every_help_has_examples_and_exit_codes(command: list[str]) -> None:
     assert "  0  " in codes and "  2  " in codes
 
 
+@pytest.mark.parametrize("columns", ["100", "", "junk"])
+def test_help_is_wrapped_to_the_width_shutil_would_give(columns: str) -> None:
+    """The parsers find the terminal width without importing shutil (the inspect path stays
+    cheap); the help reads the same as with argparse's own width."""
+    code = (
+        "import argparse, sys\n"
+        "from topodra.drivers.cli.usage import Parser, terminal_columns\n"
+        "mine = Parser(prog='x', description='d ' * 80)\n"
+        "mine.add_argument('--flag', help='h ' * 80)\n"
+        "assert 'shutil' not in sys.modules\n"
+        "import shutil\n"
+        "theirs = argparse.ArgumentParser(prog='x', description='d ' * 80, "
+        "formatter_class=argparse.RawDescriptionHelpFormatter)\n"
+        "theirs.add_argument('--flag', help='h ' * 80)\n"
+        "assert terminal_columns() == shutil.get_terminal_size().columns, terminal_columns()\n"
+        "assert mine.format_help() == theirs.format_help(), mine.format_help()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | ({"COLUMNS": columns} if columns else {})
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
 def test_version_is_the_packages_and_the_charts() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     chart = yaml.safe_load((REPO / "deploy/helm/topodra/Chart.yaml").read_text())
