@@ -3,7 +3,8 @@
     errors     one error family for every call (ApiError, NotFound, Conflict, Unusable)
     types      the shapes of the objects the code reads (ResourceClaim, ResourceSlice, Status)
     loader     the official `kubernetes` client, loaded with only the parts a driver uses
-    rest       one raw JSON call through the official client's ApiClient; watch streams
+               (`Connection`: its configuration and REST layer, no `ApiClient`)
+    rest       one raw JSON call through the official client's REST layer; watch streams
     keepalive  the claim GET on the prepare path, over kept-alive standard-library connections
     claims     ResourceClaims: GET (quorum or watch cache), status update
     slices     ResourceSlices (and the Node they belong to): what the publisher needs

@@ -3,8 +3,8 @@
 The kubelet sends only namespace/name/uid, so prepare must GET the claim. The answer is the
 API's own JSON (a dict described by `types.ResourceClaim`), which keeps the claim core free of
 the client's model classes and lets tests serve claims from a real kube-apiserver or a stand-in.
-The GET goes over keepalive's kept-alive connections (half the CPU of the ApiClient's path, on
-every prepare), or through the ApiClient when the configuration needs what only the official
+The GET goes over keepalive's kept-alive connections (half the CPU of the official client's
+path, on every prepare), or through `rest` when the configuration needs what only the official
 client does (see `keepalive.for_configuration`).
 """
 

@@ -3,10 +3,11 @@
 Why the `sys.modules` work below stays: any `import kubernetes.<anything>` first runs
 `kubernetes/__init__.py`, which imports every subpackage (config with yaml, oauthlib and
 requests; dynamic with kubernetes_validate and jsonschema; stream with websocket; informer;
-leaderelection; utils with its yaml loader). A driver needs only `Configuration`, `ApiClient`
-(transport, auth, TLS), `Watch` and one config loader. Measured on the benchmark machine, an
-ordinary `import kubernetes.client` plus the in-cluster loader takes 47 MiB of RSS, 600 modules
-and 1.0 s; this way 26 MiB, 234 modules and 0.3 s, on every node, for every driver process. The
+leaderelection; utils with its yaml loader). A driver needs only `Configuration`, the REST
+layer (transport, TLS) and one config loader: `Connection` below. Measured on the benchmark
+machine, an ordinary `import kubernetes.client` plus the in-cluster loader takes 47 MiB of RSS,
+600 modules and 1.0 s; the deferred packages with an `ApiClient` 25 MiB and 250 modules; a
+`Connection` 15 MiB and 160 modules, on every node, for every driver process. The
 client's model classes are already loaded lazily by the client itself (kubernetes >= 33), and we
 never use them: objects travel as the API's own JSON dicts (see `types`).
 
@@ -123,18 +124,43 @@ def _defer_init(name: str) -> None:
 
 
 def load() -> ModuleType:
-    """`kubernetes.client`, loaded without the rest of the package."""
+    """`kubernetes.client`, loaded without the rest of the package (the client's own
+    `__init__` loads its classes on first access: `Configuration` costs its module only)."""
     with _lock:
         for name in DEFERRED_PACKAGES:
             _defer_init(name)
     return importlib.import_module("kubernetes.client")
 
 
-def new_api_client(kubeconfig: str | None = None) -> Any:
-    """An `ApiClient` from a kubeconfig file, or from the in-cluster service account when none
+class Connection:
+    """What a driver uses of the client's `ApiClient`: its `Configuration` (host, TLS,
+    credentials with their refresh hook) and its REST layer (`RESTClientObject`: urllib3's pool,
+    timeouts). `rest` calls go through it exactly as through an `ApiClient`, which has the same
+    two attributes and is accepted wherever a Connection is.
+
+    Why not the `ApiClient` itself: importing it brings pydantic (with pydantic_core and
+    annotated_types), dateutil, multiprocessing's thread pool and the generated `ApiResponse`
+    model, for its (de)serialisation of model classes we never use: 10 MiB of every driver's
+    RSS and 0.4 s of its start on the benchmark machine (hack/bench-peer compares the drivers'
+    RSS with a Go peer's)."""
+
+    def __init__(self, configuration: Any) -> None:
+        from kubernetes.client.rest import RESTClientObject
+
+        self.configuration = configuration
+        self.rest_client = RESTClientObject(configuration)
+
+    def close(self) -> None:
+        self.rest_client.pool_manager.clear()
+
+
+def new_api_client(kubeconfig: str | None = None) -> Connection:
+    """A `Connection` from a kubeconfig file, or from the in-cluster service account when none
     is given (the loader refreshes the projected token as the kubelet rotates it)."""
-    client = load()
-    cfg = client.Configuration()
+    load()
+    from kubernetes.client.configuration import Configuration
+
+    cfg = Configuration()
     if kubeconfig:
         # the kubeconfig loader brings yaml, oauthlib and requests; in-cluster needs none of them
         from kubernetes.config.kube_config import load_kube_config
@@ -149,4 +175,4 @@ def new_api_client(kubeconfig: str | None = None) -> Any:
     # its own backoff and its own log line; urllib3's 3 silent extra tries only multiplied the
     # wait and the warnings of one unreachable API server.
     cfg.retries = 0
-    return client.ApiClient(cfg)
+    return Connection(cfg)

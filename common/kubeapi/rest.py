@@ -1,20 +1,27 @@
-"""One raw JSON call through the official client's ApiClient, and watch streams.
+"""One raw JSON call through the official client's REST layer, and watch streams.
 
 The generated API classes (CustomObjectsApi, ResourceV1Api, ...) cost memory and time for
 nothing we use: importing one builds pydantic validators for all of its methods (and imports
-the model classes their signatures name), and every call is validated again. The ApiClient's
-own `param_serialize` + `call_api` do everything that matters (host, auth including token
-refresh, TLS, connection pool, timeouts), and the body stays the API's JSON.
+the model classes their signatures name), and every call is validated again. What matters is
+the configuration (host, credentials with their refresh hook, TLS) and the REST layer
+(urllib3's pool, timeouts): a `loader.Connection` holds both, as an `ApiClient` does, and either
+serves here. The body stays the API's JSON, both ways.
+
+Watch streams are read here too, not through `kubernetes.watch.Watch`: it builds an `ApiClient`
+(pydantic and the model machinery, see `loader.Connection`) and imports `inspect` and `pydoc`
+to guess return types from docstrings, all to split a stream into JSON lines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+import socket
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, urlencode
 
-from topodra.common.kubeapi import loader
 from topodra.common.kubeapi.errors import ApiError, Conflict, NotFound
 
 
@@ -47,6 +54,9 @@ class Response:
         return text[:500]
 
 
+USER_AGENT = "topodra"
+
+
 def _send(
     api_client: Any,
     method: str,
@@ -55,18 +65,19 @@ def _send(
     body: Any,
     timeout: float | tuple[float, float] | None,
 ) -> Any:
-    headers = {"Accept": "application/json"}
+    """`api_client`: a `loader.Connection` or an `ApiClient` (both have `configuration` and
+    `rest_client`). Answers the REST layer's response, its body unread."""
+    cfg = api_client.configuration
+    headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
     if body is not None:
         headers["Content-Type"] = "application/json"
-    params = api_client.param_serialize(
-        method=method,
-        resource_path=path,
-        query_params=list((query or {}).items()),
-        header_params=headers,
-        body=body,
-        auth_settings=["BearerToken"],
-    )
-    return api_client.call_api(*params, _request_timeout=timeout)
+    for setting in cfg.auth_settings().values():  # runs the refresh hook (rotated tokens)
+        if setting.get("in") == "header" and setting.get("value"):
+            headers[setting["key"]] = setting["value"]
+    url = cfg.host + path
+    if query:
+        url += "?" + urlencode(query, quote_via=quote)
+    return api_client.rest_client.request(method, url, headers=headers, body=body, _request_timeout=timeout)
 
 
 def request(
@@ -92,18 +103,94 @@ def open_stream(
     query: Mapping[str, str] | None = None,
     timeout: float | tuple[float, float] | None = None,
 ) -> Any:
-    """A GET whose body is left unread: the urllib3 response, as `kubernetes.watch.Watch`
-    expects from a list function called with `_preload_content=False`."""
+    """A GET whose body is left unread: the urllib3 response (for `WatchEvents`, or
+    `kubernetes.watch.Watch` from a list function called with `_preload_content=False`)."""
     return _send(api_client, "GET", path, query, None, timeout).response
 
 
-def new_watch() -> Any:
-    """A `kubernetes.watch.Watch` (streams the events of a list function such as one calling
-    `open_stream`)."""
-    loader.load()
-    from kubernetes.watch import Watch
+MAX_EVENT_BYTES = 64 << 20  # one watch event: far above any object the API server stores
 
-    return Watch()  # type: ignore[no-untyped-call]
+
+class WatchEvents:
+    """The events of one watch request (`watch=true`), as the API's JSON dicts {"type",
+    "object"}, until the server ends the stream or `stop` is called.
+
+    An answer that is not 2xx, and an ERROR event (410 Gone when the resourceVersion is too
+    old), raise `ApiError` with the status and the API's message: the caller lists again. A line
+    that is not JSON is skipped (a stream cut mid-line); a line longer than `MAX_EVENT_BYTES`
+    ends the watch with an error rather than growing without bound."""
+
+    def __init__(
+        self, api_client: Any, path: str, query: Mapping[str, str], timeout: float | tuple[float, float]
+    ) -> None:
+        self._client, self._path, self._timeout = api_client, path, timeout
+        self._query = {**query, "watch": "true"}
+        self._resp: Any = None
+        self._stopped = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        resp = self._resp = open_stream(self._client, self._path, query=self._query, timeout=self._timeout)
+        try:
+            yield from self._events(resp)
+        except Exception:
+            if not self._stopped:  # a read cut by `stop` is the end asked for, not an error
+                raise
+        finally:
+            resp.close()  # a stream left unread cannot go back to the pool as it is
+            resp.release_conn()
+
+    def _events(self, resp: Any) -> Iterator[dict[str, Any]]:
+        if not 200 <= resp.status <= 299:
+            data = resp.read()
+            raise error_for("watch", Response(resp.status, resp.reason or "", resp.headers, data or b""))
+        parts: list[bytes] = []  # the line being read, in pieces (an event may span many reads)
+        size = 0
+        for chunk in resp.stream(65536, decode_content=True):
+            start = 0
+            while (end := chunk.find(b"\n", start)) >= 0:
+                parts.append(chunk[start:end])
+                event = self._event(b"".join(parts))
+                parts, size, start = [], 0, end + 1
+                if event is not None:
+                    yield event
+                if self._stopped:
+                    return
+            if start < len(chunk):
+                parts.append(chunk[start:])
+                size += len(chunk) - start
+                if size > MAX_EVENT_BYTES:
+                    raise ApiError("watch", None, f"an event longer than {MAX_EVENT_BYTES} bytes")
+        event = self._event(b"".join(parts))
+        if event is not None and not self._stopped:
+            yield event
+
+    @staticmethod
+    def _event(line: bytes) -> dict[str, Any] | None:
+        if not line.strip():
+            return None
+        try:
+            event = json.loads(line)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            return None
+        obj = event.get("object")
+        if event["type"] == "ERROR":
+            status = obj if isinstance(obj, dict) else {}
+            code = status.get("code")
+            reason = f"{status.get('reason', '')}: {status.get('message', '')}"
+            raise ApiError("watch", code if isinstance(code, int) else None, reason)
+        return {"type": event["type"], "object": obj}
+
+    def stop(self) -> None:
+        """Ends the iteration, also from another thread blocked in a read (the socket is shut
+        down under it)."""
+        self._stopped = True
+        resp = self._resp
+        sock = getattr(getattr(resp, "connection", None), "sock", None) if resp is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 # --- answers into errors --------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """ResourceSlices (and the Node they belong to): the publisher's contact with the API server.
 
-Objects travel as plain JSON dicts (the client's `ApiClient` does transport, auth and TLS; we do
+Objects travel as plain JSON dicts (the client's REST layer does transport, auth and TLS; we do
 not round-trip through its generated models) so that what we compare and send is byte for byte
 what the server returns and stores, including fields newer than the client's models. Every
 failure becomes an `errors.ApiError` with the HTTP status (None for a network failure) and any
@@ -41,7 +41,7 @@ class SliceApi(Protocol):
 
 
 class KubeSliceApi:
-    """SliceApi over a `kubernetes.client.ApiClient`; counts accepted writes by verb."""
+    """SliceApi over a `loader.Connection` (or an `ApiClient`); counts accepted writes by verb."""
 
     def __init__(
         self, api_client: Any, *, field_manager: str = "topodra", request_timeout: float = 20.0
@@ -116,43 +116,26 @@ class KubeSliceApi:
 
 
 class _KubeWatch:
-    """One watch request through `kubernetes.watch.Watch`, yielding raw event dicts.
-
-    The stream function is a plain wrapper without a return annotation, so `Watch` does not
-    deserialise every object into the client's models (we keep the server's JSON).
-    """
+    """One watch request for ResourceSlices, yielding raw event dicts (see `rest.WatchEvents`)."""
 
     def __init__(self, client: Any, field_selector: str, resource_version: str, timeout_seconds: int) -> None:
         # a raw GET, not ResourceV1Api.list_resource_slice: the generated API class imports ~60
         # model classes and builds validators for all its methods (~5 MiB of a driver's RSS)
-        def list_resource_slice(**kwargs):  # type: ignore[no-untyped-def]
-            query = {
-                "fieldSelector": kwargs["field_selector"],
-                "resourceVersion": kwargs["resource_version"],
-                "timeoutSeconds": str(kwargs["timeout_seconds"]),
-                "allowWatchBookmarks": "true" if kwargs.get("allow_watch_bookmarks") else "false",
-                "watch": "true" if kwargs.get("watch") else "false",
-            }
-            return rest.open_stream(client, SLICES_PATH, query=query, timeout=kwargs.get("_request_timeout"))
-
-        self._func = list_resource_slice
-        self._watch = rest.new_watch()
-        self._kwargs: dict[str, Any] = {
-            "field_selector": field_selector,
-            "resource_version": resource_version,
-            "timeout_seconds": timeout_seconds,
-            "allow_watch_bookmarks": True,
-            "_request_timeout": (10, timeout_seconds + 15),
+        query = {
+            "fieldSelector": field_selector,
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout_seconds),
+            "allowWatchBookmarks": "true",
         }
+        self._events = rest.WatchEvents(client, SLICES_PATH, query, (10, timeout_seconds + 15))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         try:
-            for event in self._watch.stream(self._func, **self._kwargs):
-                yield {"type": event["type"], "object": event["raw_object"]}
+            yield from self._events
         except ApiError:
             raise
         except Exception as err:
             raise rest.as_api_error("watch", err) from err
 
     def stop(self) -> None:
-        self._watch.stop()
+        self._events.stop()

@@ -77,9 +77,9 @@ class PublisherStatus:
 class SlicePublisher:
     """Publishes one driver's devices for one node; see the module docstring for how.
 
-    `api_client` is a `kubernetes.client.ApiClient` (or any `SliceApi`). `set_devices` may be
-    called from any thread at any time (before or after `start`); slices are written only after
-    the first call, so a driver never publishes an empty pool by accident at start-up.
+    `api_client` is a `kubeapi.loader.Connection` or an `ApiClient` (or any `SliceApi`).
+    `set_devices` may be called from any thread at any time (before or after `start`); slices
+    are written only after the first call, so a driver never publishes an empty pool by accident at start-up.
     """
 
     def __init__(
