@@ -70,6 +70,13 @@ def api_client(kubeconfig: str | None) -> Any:
         raise ValueError(f"{where}: {e}") from e
 
 
+def client_as_kubectl(flag: str | None) -> Any:
+    """The client of a command run by a person (`check`, `explain`): from the kubeconfig
+    kubectl would read (default_kubeconfig), else the in-cluster account; ValueError with one
+    sentence when none works."""
+    return api_client(default_kubeconfig(flag))
+
+
 def _config_problem(e: Exception) -> bool:
     """Errors of reading or using a kubeconfig / the service account. The kubernetes package is
     imported only now (loader.load() keeps its kubeconfig half out of an in-cluster driver), and

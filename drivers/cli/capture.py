@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from topodra.drivers.cli.inspect import add_root_argument, root_problem
-from topodra.drivers.cli.usage import EXIT_FAILED, epilog, fail
+from topodra.drivers.cli.usage import EXIT_FAILED, command, fail
 
 SUFFIX = ".tar.xz"
 EXAMPLES = (
@@ -39,11 +39,13 @@ def _moved(text: str) -> str:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
+    p = command(
+        subparsers,
         "capture",
+        __doc__,
         help="pack the sysfs files discovery reads into a .tar.xz",
-        description=(__doc__ or "").splitlines()[0],
-        epilog=epilog(EXAMPLES, {1: "the archive could not be written"}),
+        examples=EXAMPLES,
+        exits={1: "the archive could not be written"},
     )
     add_root_argument(p)
     p.add_argument(

@@ -39,21 +39,21 @@ EXAMPLES = (
 
 def register(subparsers: Any) -> None:
     from topodra.drivers import flags
+    from topodra.drivers.cli.arguments import add_kubeconfig_argument, add_log_level_argument
     from topodra.drivers.cli.formats import add_output_argument
-    from topodra.drivers.cli.usage import epilog
+    from topodra.drivers.cli.usage import command
 
-    p: argparse.ArgumentParser = subparsers.add_parser(
+    p = command(
+        subparsers,
         "check",
+        __doc__,
         help="check every driver's topology attributes on this node against the machine",
-        description=(__doc__ or "").split("\n\n")[0],
-        epilog=epilog(
-            EXAMPLES,
-            {
-                0: "every published value agrees with the machine (missing attributes are warnings)",
-                EXIT_WRONG: "a published value is wrong or malformed (the report names each)",
-                EXIT_CANNOT: "a flag or the input is wrong, or the slices could not be read (one line says)",
-            },
-        ),
+        examples=EXAMPLES,
+        exits={
+            0: "every published value agrees with the machine (missing attributes are warnings)",
+            EXIT_WRONG: "a published value is wrong or malformed (the report names each)",
+            EXIT_CANNOT: "a flag or the input is wrong, or the slices could not be read (one line says)",
+        },
     )
     p.add_argument(
         "--node",
@@ -73,13 +73,7 @@ def register(subparsers: Any) -> None:
         "resourceslices -o yaml|json, or topodra slices output",
     )
     add_root_argument(p)
-    p.add_argument(
-        "--kubeconfig",
-        type=flags.readable_file,
-        default=None,
-        metavar="FILE",
-        help="default: $KUBECONFIG, else ~/.kube/config, else the in-cluster service account",
-    )
+    add_kubeconfig_argument(p, as_kubectl=True)
     add_output_argument(p, OUTPUTS, "text", what="the report")
     p.add_argument(
         "--watch", action="store_true", help="keep checking; metric and Node Event on disagreement"
@@ -98,7 +92,7 @@ def register(subparsers: Any) -> None:
         help="--watch: host:port for /metrics (e.g. :9403)",
     )
     p.add_argument("--no-events", action="store_true", help="--watch: do not write Events")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_log_level_argument(p)
     p.set_defaults(run=run)
 
 
@@ -151,20 +145,12 @@ def run(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def _api_client(kubeconfig: str | None) -> Any:
-    """The official client from --kubeconfig, $KUBECONFIG, ~/.kube/config or the in-cluster
-    account; ValueError with one sentence when none works."""
-    from topodra.drivers.cli.apiclient import api_client, default_kubeconfig
-
-    return api_client(default_kubeconfig(kubeconfig))
-
-
 def _read_api(kubeconfig: str | None, node: str) -> list[dict[str, Any]]:
     from topodra.common.check.watch import list_node_slices
     from topodra.common.kubeapi.errors import ApiError
-    from topodra.drivers.cli.apiclient import say
+    from topodra.drivers.cli.apiclient import client_as_kubectl, say
 
-    client = _api_client(kubeconfig)
+    client = client_as_kubectl(kubeconfig)
     try:
         return list_node_slices(client, node)
     except ApiError as err:
@@ -173,27 +159,23 @@ def _read_api(kubeconfig: str | None, node: str) -> list[dict[str, Any]]:
 
 def _print(report: Any, output: str) -> None:
     from topodra.common.check import to_json
+    from topodra.drivers.cli.check_text import render
+    from topodra.drivers.cli.formats import write_report
 
-    if output in ("json", "yaml"):
-        from topodra.drivers.cli.formats import dump
-
-        sys.stdout.write(dump(to_json(report), output))
-    else:
-        from topodra.drivers.cli.check_text import render
-
-        sys.stdout.write(render(report, wide=output == "wide"))
+    write_report(output, lambda: to_json(report), lambda wide: render(report, wide=wide))
 
 
 def _watch(args: argparse.Namespace) -> int:
     from topodra.common import logs
     from topodra.common.check.watch import Watcher
+    from topodra.drivers.cli.apiclient import client_as_kubectl
 
     logs.setup(args.log_level.upper())
     node = args.node or os.environ.get("NODE_NAME") or ""
     if not node:
         return _fail("--watch needs the node: pass --node or set NODE_NAME")
     try:
-        client = _api_client(args.kubeconfig)
+        client = client_as_kubectl(args.kubeconfig)
     except ValueError as err:
         return _fail(str(err))
     watcher = Watcher(

@@ -16,7 +16,6 @@ input or a flag is wrong (one line says which).
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 EXIT_NO_FIT = 1
@@ -39,21 +38,21 @@ EXAMPLES = (
 
 def register(subparsers: Any) -> None:
     from topodra.drivers import flags
+    from topodra.drivers.cli.arguments import add_kubeconfig_argument
     from topodra.drivers.cli.formats import add_output_argument
-    from topodra.drivers.cli.usage import epilog
+    from topodra.drivers.cli.usage import command
 
-    p: argparse.ArgumentParser = subparsers.add_parser(
+    p = command(
+        subparsers,
         "explain",
+        __doc__,
         help="why a claim fits a node or not, and the locality of what it got",
-        description=(__doc__ or "").split("\n\n")[0],
-        epilog=epilog(
-            EXAMPLES,
-            {
-                0: "the claim is allocated or would fit on the node",
-                EXIT_NO_FIT: "the claim would not fit (the report names what blocks it)",
-                EXIT_CANNOT: "a flag or the input is wrong (one line says)",
-            },
-        ),
+        examples=EXAMPLES,
+        exits={
+            0: "the claim is allocated or would fit on the node",
+            EXIT_NO_FIT: "the claim would not fit (the report names what blocks it)",
+            EXIT_CANNOT: "a flag or the input is wrong (one line says)",
+        },
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument(
@@ -88,13 +87,7 @@ def register(subparsers: Any) -> None:
         help="allocated ResourceClaims (kubectl get resourceclaims -A -o yaml) whose devices are taken; "
         "default with the API server: every claim allocated on the node; offline: none",
     )
-    p.add_argument(
-        "--kubeconfig",
-        type=flags.readable_file,
-        default=None,
-        metavar="FILE",
-        help="default: $KUBECONFIG, else ~/.kube/config, else the in-cluster service account",
-    )
+    add_kubeconfig_argument(p, as_kubectl=True)
     add_output_argument(p, OUTPUTS, "text", what="the report")
     p.set_defaults(run=run)
 
@@ -136,12 +129,9 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(err))
     except ApiError as err:
         return _fail(say(err))
-    from topodra.drivers.cli.formats import dump
+    from topodra.drivers.cli.formats import write_report
 
-    if args.output in ("json", "yaml"):
-        sys.stdout.write(dump(report, args.output))
-    else:
-        sys.stdout.write(text(report, wide=args.output == "wide"))
+    write_report(args.output, lambda: report, lambda wide: text(report, wide=wide))
     return code
 
 
@@ -154,9 +144,9 @@ def _explain(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
 
     client = None
     if args.claim is not None or args.slices is None or args.classes is None:
-        from topodra.drivers.cli.check import _api_client
+        from topodra.drivers.cli.apiclient import client_as_kubectl
 
-        client = _api_client(args.kubeconfig)
+        client = client_as_kubectl(args.kubeconfig)
     if args.claim is not None:
         ns, _, name = args.claim.partition("/")  # checked by flags.namespaced_name
         path = f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}"

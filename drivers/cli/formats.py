@@ -14,7 +14,7 @@ import argparse
 # for annotations only (strings here): importing typing costs milliseconds on the inspect path
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Any
 
 
@@ -65,3 +65,11 @@ def dump(data: Any, fmt: str) -> str:
         text: str = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
         return text
     raise ValueError(f"not a data format: {fmt}")
+
+
+def write_report(output: str, data: Callable[[], Any], text: Callable[[bool], str]) -> None:
+    """A report on stdout as -o asks: json/yaml write `data()`, text and wide the rendering for
+    people (`text(wide)`); each side is built only when it is the one printed."""
+    import sys
+
+    sys.stdout.write(dump(data(), output) if output in ("json", "yaml") else text(output == "wide"))

@@ -40,13 +40,15 @@ EXAMPLES = (
 
 
 def register(subparsers: Any) -> None:
-    from topodra.drivers.cli.usage import epilog
+    from topodra.drivers.cli.usage import command
 
-    p: argparse.ArgumentParser = subparsers.add_parser(
+    p = command(
+        subparsers,
         "install-hooks",
+        __doc__,
         help="copy the drivers' CDI hooks to a host folder",
-        description=(__doc__ or "").splitlines()[0],
-        epilog=epilog(EXAMPLES, {1: "a hook could not be written into --dest"}),
+        examples=EXAMPLES,
+        exits={1: "a hook could not be written into --dest"},
     )
     p.add_argument(
         "--dest",

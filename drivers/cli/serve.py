@@ -23,6 +23,7 @@ from topodra.common.runtime.service import DriverService
 from topodra.common.runtime.statusqueue import QueuedStatusWriter
 from topodra.drivers import flags, registry
 from topodra.drivers.cli.apiclient import api_client
+from topodra.drivers.cli.arguments import add_folder_argument, add_kubeconfig_argument, add_log_level_argument
 from topodra.drivers.cli.inspect import add_root_argument, root_problem
 
 EXIT_CONFIG = 2
@@ -41,30 +42,25 @@ EXAMPLES = (
 
 
 def register(subparsers: Any) -> None:
-    from topodra.drivers.cli.usage import epilog
+    from topodra.drivers.cli.usage import command
 
-    p: argparse.ArgumentParser = subparsers.add_parser(
+    p = command(
+        subparsers,
         "serve",
+        __doc__,
         help="run DRA kubelet plugins",
-        description=(__doc__ or "").splitlines()[0],
-        epilog=epilog(
-            EXAMPLES,
-            {
-                0: "stopped by SIGTERM or SIGINT",
-                1: "a plugin could not start (sockets, registration)",
-                2: "a flag, the kubeconfig or the sysfs root is wrong (one line says which)",
-            },
-        ),
+        examples=EXAMPLES,
+        exits={
+            0: "stopped by SIGTERM or SIGINT",
+            1: "a plugin could not start (sockets, registration)",
+            2: "a flag, the kubeconfig or the sysfs root is wrong (one line says which)",
+        },
     )
     p.add_argument(
         "kind", choices=[*registry.KINDS, "all"], help="which driver, or all of them in one process"
     )
-    p.add_argument(
-        "--kubelet-root-dir",
-        type=flags.absolute_path,
-        default=Path("/var/lib/kubelet"),
-        metavar="DIR",
-        help="the kubelet's root folder (default %(default)s)",
+    add_folder_argument(
+        p, "--kubelet-root-dir", Path("/var/lib/kubelet"), "the kubelet's root folder (default %(default)s)"
     )
     p.add_argument(
         "--node-name",
@@ -73,27 +69,11 @@ def register(subparsers: Any) -> None:
         help="this node's name (default: $NODE_NAME)",
     )
     add_root_argument(p)
-    p.add_argument(
-        "--cdi-root",
-        type=flags.absolute_path,
-        default=Path("/var/run/cdi"),
-        metavar="DIR",
-        help="folder the runtime reads CDI specs from (default %(default)s)",
+    add_folder_argument(
+        p, "--cdi-root", Path("/var/run/cdi"), "folder the runtime reads CDI specs from (default %(default)s)"
     )
-    p.add_argument(
-        "--state-dir",
-        type=flags.absolute_path,
-        default=None,
-        metavar="DIR",
-        help="checkpoints; default: each driver's plugin folder",
-    )
-    p.add_argument(
-        "--kubeconfig",
-        type=flags.readable_file,
-        default=None,
-        metavar="FILE",
-        help="default: the in-cluster service account",
-    )
+    add_folder_argument(p, "--state-dir", None, "checkpoints; default: each driver's plugin folder")
+    add_kubeconfig_argument(p, as_kubectl=False)
     p.add_argument(
         "--metrics-address",
         type=flags.host_port,
@@ -106,7 +86,7 @@ def register(subparsers: Any) -> None:
         default=os.environ.get("POD_UID", ""),
         help="this pod's UID (default: $POD_UID); set, sockets get rolling-update names",
     )
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_log_level_argument(p)
     p.add_argument("--no-publish", action="store_true", help="do not write ResourceSlices (testing)")
     p.add_argument(
         "--delete-slices-on-exit",

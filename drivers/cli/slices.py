@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from topodra.drivers import flags, registry
-from topodra.drivers.cli.formats import add_output_argument, dump
+from topodra.drivers.cli.formats import add_output_argument, write_report
 from topodra.drivers.cli.inspect import add_root_argument, root_problem
 
 EXIT_CONFIG = 2
@@ -39,19 +39,18 @@ EXAMPLES = (
 
 
 def register(subparsers: Any) -> None:
-    from topodra.drivers.cli.usage import epilog
+    from topodra.drivers.cli.usage import command
 
-    p: argparse.ArgumentParser = subparsers.add_parser(
+    p = command(
+        subparsers,
         "slices",
+        __doc__,
         help="print the ResourceSlices a driver would publish",
-        description=(__doc__ or "").splitlines()[0],
-        epilog=epilog(
-            EXAMPLES,
-            {
-                2: "a flag or the sysfs root is wrong, or a driver could not start (one line says which)",
-                3: "printed, but validation left devices or attributes out (stderr names each)",
-            },
-        ),
+        examples=EXAMPLES,
+        exits={
+            2: "a flag or the sysfs root is wrong, or a driver could not start (one line says which)",
+            3: "printed, but validation left devices or attributes out (stderr names each)",
+        },
     )
     p.add_argument("--driver", choices=[*registry.KINDS, "all"], required=True)
     add_root_argument(p)
@@ -116,12 +115,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"topodra slices: {driver.name}: {p}", file=sys.stderr)
         problems += len(desired.problems)
         slices.extend(named(s) for s in desired.slices)
-    if args.output in ("text", "wide"):
-        from topodra.drivers.cli.slices_table import render, rows
+    from topodra.drivers.cli.slices_table import render, rows
 
-        sys.stdout.write(render(rows(slices, wide=args.output == "wide")))
-    else:
-        sys.stdout.write(dump(as_list(slices), args.output))
+    write_report(args.output, lambda: as_list(slices), lambda wide: render(rows(slices, wide=wide)))
     return EXIT_PROBLEMS if problems else 0
 
 

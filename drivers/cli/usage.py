@@ -106,6 +106,23 @@ def epilog(examples: Sequence[tuple[str, str]], exits: dict[int, str] | None = N
     return "\n".join(lines)
 
 
+def command(
+    subparsers: Any,
+    name: str,
+    doc: str | None,
+    *,
+    help: str,
+    examples: Sequence[tuple[str, str]],
+    exits: dict[int, str] | None = None,
+) -> argparse.ArgumentParser:
+    """A subcommand's parser whose --help starts with the first paragraph of its module's
+    docstring and ends with its examples and exit codes, the same layout on every command."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=help, description=(doc or "").split("\n\n")[0], epilog=epilog(examples, exits)
+    )
+    return parser
+
+
 def fail(command: str, message: str) -> int:
     """One line on stderr naming the command, and the usage exit code."""
     sys.stderr.write(f"topodra {command}: {message}\n")
