@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from tests.conftest import skip_or_fail
 from tests.controlplane.binaries import BuildFailed, GoMissing, ensure_binaries
 from tests.controlplane.cluster import ControlPlane
+from tests.kit.reports import log_tails_on_failure
 
 _active: list[ControlPlane] = []
 
@@ -48,17 +49,11 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         cp.stop()
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, object, object]:
-    """A failing test that used the control plane gets the components' log tails in its report."""
-    report = yield
-    if (
-        isinstance(report, pytest.TestReport)
-        and report.failed
-        and _active
-        and "control_plane" in getattr(item, "fixturenames", ())
-    ):
-        report.sections.append(("control plane logs", _active[0].logs(40)))
-    return report
+def _logs(item: pytest.Item) -> str | None:
+    """The components' log tails, for a test that used the control plane."""
+    if _active and "control_plane" in getattr(item, "fixturenames", ()):
+        return _active[0].logs(40)
+    return None
+
+
+pytest_runtest_makereport = log_tails_on_failure("control plane logs", _logs)

@@ -7,4 +7,6 @@
 - inventory.py: a driver as its inventory publishes it, and waiting with a deadline
 - clock.py: a clock the test advances (loops written against common.clock.Clock)
 - uevents.py: uevents as udevd sends them, through the kernel's socket
+- build.py: running a tier's hack/*/build.sh and reading back its paths
+- reports.py: a tier's log tails in the report of a failing test that used it
 """

@@ -8,12 +8,11 @@ busybox-static), so the fixture, hack/local-up.sh and a developer at a shell sha
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.controlplane.binaries import REPO, BuildFailed, GoMissing
+from tests.controlplane.binaries import REPO
+from tests.kit.build import GoMissing, run_build_script
 
 BUILD_SCRIPT = REPO / "hack" / "node" / "build.sh"
 CNI_BIN_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))
@@ -66,20 +65,7 @@ def ensure_node_binaries(*, echo: bool = False, timeout: float = 3600.0) -> Node
     if shutil.which("go") is None:
         raise GoMissing("Go is not installed: install Go >= 1.26 (https://go.dev/dl) to build the kubelet")
     runc, cni, busybox = _host_tools()
-    done = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)],
-        stdout=subprocess.PIPE,
-        stderr=None if echo else subprocess.PIPE,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if done.returncode != 0:
-        tail = "\n".join((done.stderr or "").splitlines()[-40:])
-        raise BuildFailed(f"{BUILD_SCRIPT} exited {done.returncode}:\n{tail}")
-    if done.stderr and not echo:
-        sys.stderr.write(done.stderr)
-    paths = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    paths = run_build_script(BUILD_SCRIPT, echo=echo, timeout=timeout)
     containerd = Path(paths["containerd"])
     return NodeBinaries(
         kubelet=Path(paths["kubelet"]),

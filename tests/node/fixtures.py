@@ -26,6 +26,7 @@ import pytest
 from tests.conftest import skip_or_fail
 from tests.controlplane.binaries import BuildFailed, GoMissing, ensure_binaries
 from tests.deploy.render import ToolsUnavailable, ensure_tools
+from tests.kit.reports import log_tails_on_failure
 from tests.node.binaries import HostToolMissing, ensure_node_binaries
 from tests.node.drivers import KINDS, Drivers, image_tools_missing
 from tests.node.network import pick_network
@@ -161,18 +162,11 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
             raise AssertionError(f"real node teardown: {_tier.problems}")
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, object, object]:
-    """A failing test that used the real node gets the kubelet's and containerd's log tails."""
-    report = yield
-    if (
-        isinstance(report, pytest.TestReport)
-        and report.failed
-        and _tier.node is not None
-        and not _tier.closed
-        and NODE_FIXTURES & set(getattr(item, "fixturenames", ()))
-    ):
-        report.sections.append(("real node logs", _tier.node.logs(40)))
-    return report
+def _logs(item: pytest.Item) -> str | None:
+    """The kubelet's and containerd's log tails, for a test that used the running node."""
+    if _tier.node is not None and not _tier.closed and NODE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return _tier.node.logs(40)
+    return None
+
+
+pytest_runtest_makereport = log_tails_on_failure("real node logs", _logs)
