@@ -15,6 +15,7 @@ from topodra.common.explain.selectors import evaluate
 from topodra.drivers.cli.main import main
 
 from hack.bench import fallback
+from tests.kit.kubeconfig import write_kubeconfig
 
 ACC, NIC, CPU = "accelerator.topodra.io", "nic.topodra.io", "cpu.topodra.io"
 
@@ -332,13 +333,7 @@ def test_list_attributes_match_by_intersection() -> None:
 def _unreachable_kubeconfig(tmp_path: Path) -> str:
     from tests.controlplane.processes import free_port
 
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        f"clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:{free_port()}'}}}}]\n"
-        "users: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
-    )
-    return str(path)
+    return str(write_kubeconfig(tmp_path, f"https://127.0.0.1:{free_port()}"))
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,6 @@ kubelet folder of its own, so that serving (the wrong outcome) would really serv
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.kit.kubeconfig import write_kubeconfig
 
 # Runs `topodra serve` after `bug` (Python source) broke something of ours in that process.
 WRAPPER = """
@@ -73,24 +73,6 @@ def kubelet_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _kubeconfig(tmp: Path) -> Path:
-    """A usable kubeconfig; nothing gets as far as connecting to it."""
-    path = tmp / "kubeconfig"
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "x",
-            }
-        )
-    )
-    return path
-
-
 @pytest.mark.parametrize("case", sorted(BUGS))
 def test_a_setup_bug_ends_serve_with_its_traceback(
     tmp_path: Path, kubelet_dir: Path, machine: Path, case: str
@@ -104,7 +86,7 @@ def test_a_setup_bug_ends_serve_with_its_traceback(
         "--sysfs-root",
         str(machine),
         "--kubeconfig",
-        str(_kubeconfig(tmp_path)),
+        str(write_kubeconfig(tmp_path)),
         "--kubelet-root-dir",
         str(kubelet_dir),
         "--cdi-root",

@@ -17,6 +17,7 @@ import certifi
 from topodra.common.kubeapi import loader
 
 from tests.conftest import REPO
+from tests.kit.kubeconfig import write_kubeconfig
 
 # what a driver process must not carry (heavy, and never used by topodra at runtime)
 NEVER_ON_THE_DRIVER_PATH = (
@@ -138,19 +139,7 @@ print(json.dumps([type(sys.modules[n]).__name__ for n in loader.DEFERRED_PACKAGE
 
 
 def test_a_driver_process_loads_only_what_it_uses(tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "x",
-            }
-        )
-    )
+    kubeconfig = write_kubeconfig(tmp_path)
     token = tmp_path / "token"
     token.write_text("t")
     ca = certifi.where()  # any real PEM bundle: nothing gets as far as a TLS handshake

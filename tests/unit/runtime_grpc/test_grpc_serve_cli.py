@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from topodra.drivers.cli.main import build_parser
 
+from tests.kit.kubeconfig import write_kubeconfig
+
 
 def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "POD_UID")}
@@ -84,13 +86,7 @@ def test_an_unreachable_api_server_is_logged_by_our_retry_layer_only(tmp_path: P
 
     root = tmp_path / "machine"
     build(load_spec("1s-4acc"), root, force=True)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        'clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]\n'
-        "users: [{name: u, user: {token: t}}]\n"
-        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
-    )
+    kubeconfig = write_kubeconfig(tmp_path, insecure=True)
     environ = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "POD_UID")}
     argv = [sys.executable, "-m", "topodra.drivers.cli.main", "serve", "cpu", "--node-name", "n1"]
     kubelet = Path(tempfile.mkdtemp(prefix="ux-", dir="/tmp"))  # socket paths must stay short
