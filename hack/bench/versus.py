@@ -33,7 +33,9 @@ MEASURES = (
     Measure("p99_ms", "NodePrepareResources p99, one call at a time", "ms", ".2f", "<= 1.0x"),
     Measure("cpu_ms", "plugin CPU per prepare+unprepare", "ms", ".2f", "<= 1.0x"),
     Measure("rate_64", "throughput, 64 in flight, from nothing held", "claims/s", ".0f", ">= 1.5x", True),
-    Measure("rate_64_held", "throughput, 64 in flight, 1000 claims held", "claims/s", ".0f", ">= 1.5x", True),
+    Measure(
+        "rate_64_held", "throughput, 64 in flight, {hold} claims held", "claims/s", ".0f", ">= 1.5x", True
+    ),
     Measure("rss_mib", "RSS after warm-up", "MiB", ".1f", "<= 1.0x"),
 )
 
@@ -97,9 +99,10 @@ class Line:
     target: str
 
 
-def comparison_lines(name: str, comparison: Mapping[str, Any] | None) -> list[Line]:
+def comparison_lines(name: str, comparison: Mapping[str, Any] | None, hold: int = 1000) -> list[Line]:
     """The rows of one plugin comparison (`comparison["measures"][key]` = summarize() output, or
-    `comparison["skipped"][key]` = why a measure was not taken)."""
+    `comparison["skipped"][key]` = why a measure was not taken); `hold`: the claims held in the
+    held phase (the runner's --hold)."""
     if not comparison:
         return [Line(f"{name}: topodra / Go peer", "not run", "")]
     if comparison.get("error"):
@@ -108,10 +111,11 @@ def comparison_lines(name: str, comparison: Mapping[str, Any] | None) -> list[Li
     skipped = comparison.get("skipped") or {}
     out = []
     for m in MEASURES:
+        label = m.label.format(hold=hold)
         if m.key in skipped:
-            out.append(Line(f"{name}: {m.label}", f"n/a: {skipped[m.key]}", m.target))
+            out.append(Line(f"{name}: {label}", f"n/a: {skipped[m.key]}", m.target))
         elif m.key in measures:
-            out.append(Line(f"{name}: {m.label}", _value(measures[m.key], m), m.target))
+            out.append(Line(f"{name}: {label}", _value(measures[m.key], m), m.target))
     return out
 
 
@@ -173,7 +177,7 @@ def lines(figures: Mapping[str, Any] | None) -> list[Line]:
     out = []
     for name, label in (("bench", "bench driver"), ("serve-cpu", "`topodra serve cpu`")):
         if name in comparisons:
-            out += comparison_lines(label, comparisons[name])
+            out += comparison_lines(label, comparisons[name], int(figures.get("hold") or 1000))
     if "inspect" in figures:
         out += inspect_lines(figures["inspect"])
     return out

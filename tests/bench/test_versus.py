@@ -54,6 +54,10 @@ def test_rows_say_the_ratio_both_figures_the_load_and_a_missed_goal() -> None:
     assert held.value == "n/a: the machine has 128 core devices"
     assert "bench driver: NodePrepareResources p99, one call at a time" not in rows  # not measured: no row
     assert [r.value for r in versus.comparison_lines("x", None)] == ["not run"]
+    figures = {"hold": 300, "comparisons": {"bench": comparison()}}
+    assert "bench driver: throughput, 64 in flight, 300 claims held" in {
+        r.figure for r in versus.lines(figures)
+    }
     assert versus.verdict(1.5, ">= 1.5x") == "met" and versus.verdict(1.01, "<= 1.0x") == "not met"
 
 
