@@ -22,6 +22,7 @@ from topodra.drivers.nic import iplink
 
 from tests.conftest import REPO, skip_or_fail
 from tests.deploy.render import CHART, DEPLOY, daemonsets, load
+from tests.kit.sysfs import basic_machine
 
 DOCKERFILE = REPO / "Dockerfile"
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -187,7 +188,8 @@ def test_images_and_versions_agree() -> None:
 
 def test_wheel_from_the_build_context_runs_the_daemonset_commands(tmp_path: Path) -> None:
     """The builder stage's inputs build a wheel; installed alone, it serves `install-hooks`,
-    `serve --help`, `synth` and `slices` from package data, with nothing read from the repo."""
+    `serve --help`, `synth` and `slices` from package data, with nothing read from the repo, and
+    its `topodra` console script (the image's ENTRYPOINT) runs."""
     context = tmp_path / "context"
     context.mkdir()
     for step, args in STEPS:
@@ -243,3 +245,20 @@ def test_wheel_from_the_build_context_runs_the_daemonset_commands(tmp_path: Path
     )
     assert out.returncode == 0, out.stderr
     assert '"cpu.topodra.io"' in out.stdout and '"accelerator.topodra.io"' in out.stdout
+
+    # the console script the image's ENTRYPOINT runs: a [project.scripts] entry that names
+    # nothing, or a wheel without it, fails here and not only in a pod
+    script = target / "bin" / "topodra"
+    assert script.is_file(), "the wheel installs no `topodra` console script"
+
+    def console(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(script), *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
+        )
+
+    out = console("--version")
+    assert (out.returncode, out.stdout) == (0, f"topodra {VERSION}\n"), out.stderr
+    basic_machine(tmp_path / "small", cpus=2)
+    out = console("inspect", "--sysfs-root", str(tmp_path / "small"))
+    assert out.returncode == 0, out.stderr
+    assert "2 usable CPU(s) of 2" in out.stdout, out.stdout
