@@ -257,6 +257,17 @@ def build_spec(kind: str, devices: Sequence[SpecDevice], spec_edits: ContainerEd
 # --- files --------------------------------------------------------------------------------------
 
 
+_pid = os.getpid()  # in temp names; a getpid per write was a syscall per write
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -273,12 +284,20 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = 
     fsynced before the rename (else the rename can reach the disk before the data, leaving an
     empty or torn file) and the folder after it (else the rename itself can be lost). Files
     that are rebuilt from durable state on every start pass `durable=False` (see CdiWriter).
-    The temp name ends in `.tmp`, which CDI consumers ignore while it exists.
+    The temp name ends in `.tmp`, which CDI consumers ignore while it exists. It is created
+    new (a stale one, left by a crash, is removed first), so a mode without group or other bits
+    is exact without a chmod: a umask only ever takes those away.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    tmp = path.with_name(f".{path.name}.{_pid}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     try:
-        os.fchmod(fd, mode)  # O_CREAT's mode is filtered by umask, and an old temp may exist
+        fd = os.open(tmp, flags, mode)
+    except FileExistsError:
+        os.unlink(tmp)
+        fd = os.open(tmp, flags, mode)
+    try:
+        if mode & 0o077:
+            os.fchmod(fd, mode)  # O_CREAT's mode is filtered by the umask
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
@@ -332,9 +351,13 @@ class CdiWriter:
     def write(self, spec_id: str, spec: Mapping[str, Any]) -> Path:
         if spec.get("kind") != self.kind:
             raise SpecError(f"spec kind {spec.get('kind')!r} is not this writer's {self.kind!r}")
-        self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
         path = self.path(spec_id)
-        atomic_write(path, json.dumps(spec, indent=2, sort_keys=True).encode() + b"\n", durable=False)
+        data = json.dumps(spec, indent=2, sort_keys=True).encode() + b"\n"
+        try:
+            atomic_write(path, data, durable=False)
+        except FileNotFoundError:  # the folder is made on the first write (and after a removal)
+            self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
+            atomic_write(path, data, durable=False)
         return path
 
     def read(self, spec_id: str) -> dict[str, Any] | None:

@@ -326,6 +326,7 @@ class Checkpoint:
         self.path = state_dir / f"{driver_name}.checkpoint.json"
         self.prev_path = state_dir / f"{driver_name}.checkpoint-prev.json"
         self.lock_path = state_dir / f"{driver_name}.lock"
+        self._prev_tmp = state_dir / f".{self.prev_path.name}.{os.getpid()}.tmp"
         self._lock_timeout = lock_timeout
         self._identity: tuple[int, int, int, int] | None = None
         self._encoded: dict[str, tuple[ClaimRecord, bytes]] = {}  # uid -> (record, its _member)
@@ -342,8 +343,14 @@ class Checkpoint:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the cross-process lock for one whole operation."""
-        self.ensure_dir()
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        if not self._dir_ready:  # once: a mkdir, stat and chmod per operation were syscalls
+            self.ensure_dir()
+            self._dir_ready = True
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except FileNotFoundError:  # the folder was removed under us
+            self.ensure_dir()
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             deadline = time.monotonic() + self._lock_timeout
             while True:
@@ -451,11 +458,12 @@ class Checkpoint:
         self._identity = self._stat_identity()
 
     def _keep_previous(self) -> None:
-        tmp = self.prev_path.with_name(f".{self.prev_path.name}.{os.getpid()}.tmp")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        tmp = self._prev_tmp
         try:
             os.link(self.path, tmp)
         except FileNotFoundError:
             return
+        except FileExistsError:  # left by a crash
+            os.unlink(tmp)
+            os.link(self.path, tmp)
         os.replace(tmp, self.prev_path)

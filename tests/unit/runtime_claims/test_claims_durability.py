@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -252,3 +254,33 @@ def test_driver_state_is_copied_into_the_record(
     prep: Any = m.prepared()[ref.uid].preparation
     assert list(prep.state["holds"]) == ["dev-0"]
     assert decode(DRIVER, (dirs["state"] / f"{DRIVER}.checkpoint.json").read_bytes()) == m.prepared()
+
+
+def test_operations_make_no_folder_and_set_no_mode_once_started(
+    make_manager: ManagerFactory,
+    claim_store: MemoryClaimStore,
+    dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The state and CDI folders are made (and the state folder's mode set) once; each prepare
+    and unprepare asked the kernel again: a failing mkdir per CDI spec and per lock, a chmod per
+    lock, an fchmod per file written. A folder removed meanwhile is made again."""
+    ref, first = put(claim_store, "c", "dev-0"), put(claim_store, "first", "dev-1")
+    m = make_manager()
+    assert not m.prepare([first])[first.uid].error  # the CDI folder is made by the first spec
+    calls: list[str] = []
+    for name in ("mkdir", "chmod", "fchmod"):
+        real = getattr(os, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(os, name, counted)
+    assert not m.prepare([ref])[ref.uid].error
+    assert m.unprepare([ref]) == {ref.uid: ""}
+    assert calls == []
+    shutil.rmtree(dirs["cdi"])
+    assert not m.prepare([ref])[ref.uid].error
+    assert stat.S_IMODE(spec_path(dirs, ref.uid).stat().st_mode) == 0o600
+    assert stat.S_IMODE((dirs["state"] / f"{DRIVER}.checkpoint.json").stat().st_mode) == 0o600
