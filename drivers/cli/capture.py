@@ -16,10 +16,12 @@ from topodra.drivers.cli.inspect import add_root_argument, root_problem
 from topodra.drivers.cli.usage import EXIT_FAILED, command, fail
 
 SUFFIX = ".tar.xz"
+SUMMARY = "pack the sysfs files discovery reads into a .tar.xz"
 EXAMPLES = (
     ("topodra capture --file me.tar.xz", "this machine's topology, to attach to a bug report"),
     ("mkdir m && tar -xJf me.tar.xz -C m && topodra inspect --sysfs-root m", "look at a capture"),
 )
+EXITS = {1: "the archive could not be written"}
 
 
 def archive_path(text: str) -> str:
@@ -39,14 +41,7 @@ def _moved(text: str) -> str:
 
 
 def register(subparsers: Any) -> None:
-    p = command(
-        subparsers,
-        "capture",
-        __doc__,
-        help="pack the sysfs files discovery reads into a .tar.xz",
-        examples=EXAMPLES,
-        exits={1: "the archive could not be written"},
-    )
+    p = command(subparsers, "capture", __doc__, help=SUMMARY, examples=EXAMPLES, exits=EXITS)
     add_root_argument(p)
     p.add_argument(
         "--file", "-f", required=True, type=archive_path, metavar=f"FILE{SUFFIX}", help="archive to write"

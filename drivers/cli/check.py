@@ -26,6 +26,7 @@ EXIT_WRONG = 1
 EXIT_CANNOT = 2
 OUTPUTS = ("text", "wide", "json", "yaml")
 
+SUMMARY = "check every driver's topology attributes on this node against the machine"
 EXAMPLES = (
     ("topodra check", "on a node (or in the DaemonSet pod): this node's slices of every driver vs its /sys"),
     ("topodra check --node worker-3 --kubeconfig ~/.kube/config -o wide", "from a laptop, every device"),
@@ -35,6 +36,11 @@ EXAMPLES = (
     ),
     ("topodra check --watch --metrics-address :9403", "the DaemonSet's agent: metric and Node Event"),
 )
+EXITS = {
+    0: "every published value agrees with the machine (missing attributes are warnings)",
+    EXIT_WRONG: "a published value is wrong or malformed (the report names each)",
+    EXIT_CANNOT: "a flag or the input is wrong, or the slices could not be read (one line says)",
+}
 
 
 def register(subparsers: Any) -> None:
@@ -43,18 +49,7 @@ def register(subparsers: Any) -> None:
     from topodra.drivers.cli.formats import add_output_argument
     from topodra.drivers.cli.usage import command
 
-    p = command(
-        subparsers,
-        "check",
-        __doc__,
-        help="check every driver's topology attributes on this node against the machine",
-        examples=EXAMPLES,
-        exits={
-            0: "every published value agrees with the machine (missing attributes are warnings)",
-            EXIT_WRONG: "a published value is wrong or malformed (the report names each)",
-            EXIT_CANNOT: "a flag or the input is wrong, or the slices could not be read (one line says)",
-        },
-    )
+    p = command(subparsers, "check", __doc__, help=SUMMARY, examples=EXAMPLES, exits=EXITS)
     p.add_argument(
         "--node",
         "--node-name",

@@ -22,6 +22,7 @@ EXIT_NO_FIT = 1
 EXIT_CANNOT = 2
 OUTPUTS = ("text", "wide", "json", "yaml")
 
+SUMMARY = "why a claim fits a node or not, and the locality of what it got"
 EXAMPLES = (
     (
         "topodra explain --claim ml/train-0-devices",
@@ -34,6 +35,11 @@ EXAMPLES = (
         "offline: a template against `topodra slices -o json` output",
     ),
 )
+EXITS = {
+    0: "the claim is allocated or would fit on the node",
+    EXIT_NO_FIT: "the claim would not fit (the report names what blocks it)",
+    EXIT_CANNOT: "a flag or the input is wrong (one line says)",
+}
 
 
 def register(subparsers: Any) -> None:
@@ -42,18 +48,7 @@ def register(subparsers: Any) -> None:
     from topodra.drivers.cli.formats import add_output_argument
     from topodra.drivers.cli.usage import command
 
-    p = command(
-        subparsers,
-        "explain",
-        __doc__,
-        help="why a claim fits a node or not, and the locality of what it got",
-        examples=EXAMPLES,
-        exits={
-            0: "the claim is allocated or would fit on the node",
-            EXIT_NO_FIT: "the claim would not fit (the report names what blocks it)",
-            EXIT_CANNOT: "a flag or the input is wrong (one line says)",
-        },
-    )
+    p = command(subparsers, "explain", __doc__, help=SUMMARY, examples=EXAMPLES, exits=EXITS)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument(
         "--claim", type=flags.namespaced_name, metavar="NS/NAME", help="a ResourceClaim on the API server"

@@ -33,23 +33,18 @@ def _install_nic(dest: Path) -> Path:
 INSTALLERS: dict[str, Callable[[Path], Path]] = {"cpu": _install_cpu, "nic": _install_nic}
 
 
+SUMMARY = "copy the drivers' CDI hooks to a host folder"
 EXAMPLES = (
     ("topodra install-hooks", f"every driver's hooks into {DEFAULT_DEST}"),
     ("topodra install-hooks --driver cpu --dest /var/lib/topodra/hooks", "where /opt is read-only"),
 )
+EXITS = {1: "a hook could not be written into --dest"}
 
 
 def register(subparsers: Any) -> None:
     from topodra.drivers.cli.usage import command
 
-    p = command(
-        subparsers,
-        "install-hooks",
-        __doc__,
-        help="copy the drivers' CDI hooks to a host folder",
-        examples=EXAMPLES,
-        exits={1: "a hook could not be written into --dest"},
-    )
+    p = command(subparsers, "install-hooks", __doc__, help=SUMMARY, examples=EXAMPLES, exits=EXITS)
     p.add_argument(
         "--dest",
         type=Path,

@@ -28,6 +28,7 @@ from topodra.drivers.cli.inspect import add_root_argument, root_problem
 
 EXIT_CONFIG = 2
 EXIT_START = 1
+SUMMARY = "run DRA kubelet plugins"
 EXAMPLES = (
     (
         'topodra serve cpu --node-name "$NODE_NAME" --metrics-address :9400',
@@ -39,23 +40,17 @@ EXAMPLES = (
         "try the NIC driver, no slices",
     ),
 )
+EXITS = {
+    0: "stopped by SIGTERM or SIGINT",
+    1: "a plugin could not start (sockets, registration)",
+    2: "a flag, the kubeconfig or the sysfs root is wrong (one line says which)",
+}
 
 
 def register(subparsers: Any) -> None:
     from topodra.drivers.cli.usage import command
 
-    p = command(
-        subparsers,
-        "serve",
-        __doc__,
-        help="run DRA kubelet plugins",
-        examples=EXAMPLES,
-        exits={
-            0: "stopped by SIGTERM or SIGINT",
-            1: "a plugin could not start (sockets, registration)",
-            2: "a flag, the kubeconfig or the sysfs root is wrong (one line says which)",
-        },
-    )
+    p = command(subparsers, "serve", __doc__, help=SUMMARY, examples=EXAMPLES, exits=EXITS)
     p.add_argument(
         "kind", choices=[*registry.KINDS, "all"], help="which driver, or all of them in one process"
     )

@@ -28,6 +28,7 @@ EXIT_CONFIG = 2
 EXIT_PROBLEMS = 3
 
 
+SUMMARY = "print the ResourceSlices a driver would publish"
 EXAMPLES = (
     ("topodra slices --driver all -o wide", "this machine's devices as the drivers would publish them"),
     (
@@ -36,22 +37,16 @@ EXAMPLES = (
     ),
     ("topodra slices --driver accelerator --sysfs-root /tmp/hgx -o json", "a synthetic machine's, as JSON"),
 )
+EXITS = {
+    2: "a flag or the sysfs root is wrong, or a driver could not start (one line says which)",
+    3: "printed, but validation left devices or attributes out (stderr names each)",
+}
 
 
 def register(subparsers: Any) -> None:
     from topodra.drivers.cli.usage import command
 
-    p = command(
-        subparsers,
-        "slices",
-        __doc__,
-        help="print the ResourceSlices a driver would publish",
-        examples=EXAMPLES,
-        exits={
-            2: "a flag or the sysfs root is wrong, or a driver could not start (one line says which)",
-            3: "printed, but validation left devices or attributes out (stderr names each)",
-        },
-    )
+    p = command(subparsers, "slices", __doc__, help=SUMMARY, examples=EXAMPLES, exits=EXITS)
     p.add_argument("--driver", choices=[*registry.KINDS, "all"], required=True)
     add_root_argument(p)
     p.add_argument(
