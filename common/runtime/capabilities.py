@@ -55,6 +55,21 @@ class ListensToPublisher(Protocol):
     def on_publisher_status(self, status: Any) -> None: ...
 
 
+@runtime_checkable
+class Serves(Protocol):
+    """A driver that runs something beside prepare/unprepare (the CPU driver's NRI connection).
+
+    The runtime calls `start` once the checkpoint is restored and before the kubelet can reach
+    the plugin, `stop` after the plugin stopped, and shows `status_detail` in /readyz.
+    """
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def status_detail(self) -> Mapping[str, Any]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     policy: Policy
@@ -62,6 +77,7 @@ class Capabilities:
     bind_inventory: Callable[[InventoryHandle], None] | None = None
     set_status_writer: Callable[[ClaimStatusWriter], None] | None = None
     on_publisher_status: Callable[[Any], None] | None = None
+    serves: Serves | None = None
 
 
 def of(driver: Driver) -> Capabilities:
@@ -71,4 +87,5 @@ def of(driver: Driver) -> Capabilities:
         bind_inventory=driver.bind_inventory if isinstance(driver, UsesInventory) else None,
         set_status_writer=driver.set_status_writer if isinstance(driver, WritesClaimStatus) else None,
         on_publisher_status=driver.on_publisher_status if isinstance(driver, ListensToPublisher) else None,
+        serves=driver if isinstance(driver, Serves) else None,
     )

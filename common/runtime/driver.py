@@ -121,23 +121,6 @@ class Driver(Protocol):
         ...
 
 
-# --- optional: drivers with work of their own while they serve ---------------------------------
-
-
-class ServingDriver(Driver, Protocol):
-    """A Driver that runs something beside prepare/unprepare (the CPU driver's NRI connection).
-
-    The runtime calls `start` once the checkpoint is restored and before the kubelet can reach
-    the plugin, `stop` after the plugin stopped, and shows `status_detail` in /readyz.
-    """
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def status_detail(self) -> Mapping[str, Any]: ...
-
-
 # --- optional: drivers that write ResourceClaim status (additive; used by the NIC driver) -------
 
 

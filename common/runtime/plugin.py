@@ -27,7 +27,7 @@ import grpc
 from topodra.common import logs
 from topodra.common.device import Device
 from topodra.common.inventory import DevicesTo, Inventory
-from topodra.common.runtime import sockets
+from topodra.common.runtime import capabilities, sockets
 from topodra.common.runtime.draserver import DRAServicer
 from topodra.common.runtime.driver import Driver
 from topodra.common.runtime.health import HealthStream
@@ -77,7 +77,7 @@ class PluginStatus:
     registered: bool | None  # None: the kubelet has not called NotifyRegistrationStatus yet
     registration_error: str = ""
     sockets: dict[str, str] = field(default_factory=dict)
-    detail: dict[str, Any] = field(default_factory=dict)  # the driver's own (ServingDriver)
+    detail: dict[str, Any] = field(default_factory=dict)  # the driver's own (capabilities.Serves)
 
     @property
     def ready(self) -> bool:
@@ -94,6 +94,7 @@ class Plugin:
         inventory: Inventory | None = None,
     ) -> None:
         self.driver = driver
+        self.serves = capabilities.of(driver).serves
         self.processor = processor
         self.options = options
         self.publisher = publisher
@@ -195,9 +196,9 @@ class Plugin:
     def status(self) -> PluginStatus:
         reg = self.registration.status
         detail: dict[str, Any] = {}
-        if hasattr(self.driver, "status_detail"):
+        if self.serves is not None:
             try:
-                detail = dict(self.driver.status_detail())
+                detail = dict(self.serves.status_detail())
             except Exception as e:  # a probe must answer whatever the driver's state
                 detail = {"error": f"{type(e).__name__}: {e}"}
         return PluginStatus(

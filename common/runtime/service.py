@@ -65,25 +65,25 @@ class DriverService:
             api_reachable=(not report.unreachable) if report.contacted else None,
         )
         self.claims.start_reconciler(self.reconcile_interval)
-        driver = self.plugin.driver
+        serves = self.plugin.serves
         try:
-            if hasattr(driver, "start"):  # ServingDriver: after restore, before the kubelet calls
-                driver.start()
+            if serves is not None:  # after restore, before the kubelet calls
+                serves.start()
             self.plugin.start()
         except BaseException:
-            if hasattr(driver, "stop"):
-                driver.stop()
+            if serves is not None:
+                serves.stop()
             self.claims.close()
             raise
 
     def stop(self) -> None:
-        driver = self.plugin.driver
+        serves = self.plugin.serves
         try:
             self.plugin.stop()
         finally:
             try:
-                if hasattr(driver, "stop"):
-                    driver.stop()
+                if serves is not None:
+                    serves.stop()
             finally:
                 self.claims.close()
 

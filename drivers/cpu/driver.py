@@ -200,7 +200,7 @@ class CpuDriver:
     def check_health(self) -> Mapping[str, DeviceHealth]:
         return health.health(self.sysfs_root, {name: g.cpus for name, g in self.groups.items()})
 
-    # --- ServingDriver: the NRI connection ------------------------------------------------------
+    # --- capabilities.Serves: the NRI connection -----------------------------------------------
 
     def start(self) -> None:
         """After restore (the holdings are known), before the kubelet can call."""

@@ -1,0 +1,33 @@
+"""The runtime asks a driver what it can do in one place (common/runtime/capabilities.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from topodra.common.runtime import capabilities
+
+
+class _Plain:
+    name = "plain.example.com"
+
+
+class _Serving(_Plain):
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def status_detail(self) -> Mapping[str, Any]:
+        return {"pinning": "nri"}
+
+
+class _OnlyStops(_Plain):
+    def stop(self) -> None: ...
+
+
+def test_a_driver_that_serves_is_found_once_and_a_partial_one_is_not() -> None:
+    serving = _Serving()
+    assert capabilities.of(serving).serves is serving  # type: ignore[arg-type]
+    # start/stop/status_detail come together: half of them is not the capability
+    assert capabilities.of(_OnlyStops()).serves is None  # type: ignore[arg-type]
+    assert capabilities.of(_Plain()).serves is None  # type: ignore[arg-type]
