@@ -31,6 +31,7 @@ from topodra.drivers.cpu import pinning
 
 from tests.conftest import REPO
 from tests.controlplane.cluster import DRIVER_NAMESPACE, service_account
+from tests.controlplane.objects import eventually
 from tests.node import fixtures
 from tests.node.drivers import bring_up, take_down
 from tests.node.node import RealNode
@@ -195,6 +196,20 @@ class HostCpuDriver:
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@contextlib.contextmanager
+def in_nri_mode(node: RealNode) -> Iterator[HostCpuDriver]:
+    """The host CPU driver, up and pinning through NRI, with the tier's CPU DaemonSet down
+    meanwhile (one CPU driver and one cpuset-setting NRI plugin per node)."""
+    with no_cpu_daemonset():
+        d = HostCpuDriver(node)
+        d.start()
+        try:
+            eventually("NRI mode", lambda: d.detail().get("pinning") == "nri", 30)
+            yield d
+        finally:
+            d.stop()
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from topodra.drivers.cpu.options import CpuOptions
 from tests.controlplane.cluster import api_resource
 from tests.controlplane.objects import device_class_body, eventually
 from tests.kit.claims import claim_body
-from tests.node.cpu_host_driver import HostCpuDriver, Sample, cpu_samples, no_cpu_daemonset, watcher
+from tests.node.cpu_host_driver import HostCpuDriver, Sample, cpu_samples, in_nri_mode, watcher
 from tests.node.node import RealNode
 from tests.node.pods import delete_namespace, make_namespace, wait_gone, wait_running
 
@@ -56,14 +56,8 @@ def online() -> frozenset[int]:
 def driver(real_node: RealNode, online: frozenset[int]) -> Iterator[HostCpuDriver]:
     with contextlib.suppress(ApiException):  # shared cluster: another module may have made it
         api_resource(real_node.cp.dynamic, "DeviceClass").create(body=device_class_body(CLASS, layout.DRIVER))
-    with no_cpu_daemonset():
-        d = HostCpuDriver(real_node)
-        d.start()
-        try:
-            eventually("NRI mode", lambda: d.detail().get("pinning") == "nri", 30)
-            yield d
-        finally:
-            d.stop()
+    with in_nri_mode(real_node) as d:
+        yield d
 
 
 @pytest.fixture

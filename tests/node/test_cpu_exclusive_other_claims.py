@@ -15,8 +15,7 @@ import pytest
 from topodra.common.topology import discover
 
 from tests.controlplane.cluster import api_resource
-from tests.controlplane.objects import eventually
-from tests.node.cpu_host_driver import HostCpuDriver, no_cpu_daemonset, watcher
+from tests.node.cpu_host_driver import HostCpuDriver, in_nri_mode, watcher
 from tests.node.drivers import Drivers
 from tests.node.pods import delete_namespace, make_namespace
 from tests.node.test_cpu_exclusive import claim_pod, image, pod, run, samples
@@ -26,14 +25,8 @@ pytestmark = pytest.mark.node
 
 @pytest.fixture(scope="module")
 def driver(node_drivers: Drivers) -> Iterator[HostCpuDriver]:
-    with no_cpu_daemonset():
-        d = HostCpuDriver(node_drivers.node)
-        d.start()
-        try:
-            eventually("NRI mode", lambda: d.detail().get("pinning") == "nri", 30)
-            yield d
-        finally:
-            d.stop()
+    with in_nri_mode(node_drivers.node) as d:
+        yield d
 
 
 @pytest.fixture
