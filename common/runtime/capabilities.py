@@ -1,8 +1,8 @@
 """What a driver may offer beyond scan, prepare, unprepare and restore, checked in one place.
 
-Each optional capability is a Protocol below. `of(driver)` looks at a driver once, when the
-runtime composes its service, and hands out what it found; no other module asks a driver what
-it can do.
+Each optional capability is a Protocol below. `of(driver)` is asked only while the runtime
+composes a driver's service (the inventory, the plugin, `serve`), never on a call path, and
+hands out what it found; no other module asks a driver what it can do.
 """
 
 from __future__ import annotations
