@@ -9,4 +9,5 @@
 - uevents.py: uevents as udevd sends them, through the kernel's socket
 - build.py: running a tier's hack/*/build.sh and reading back its paths
 - reports.py: a tier's log tails in the report of a failing test that used it
+- imports.py: what code under test imports, whatever the interpreter loaded before it
 """

@@ -15,6 +15,7 @@ import yaml
 from topodra.drivers.cli.main import SUBCOMMANDS
 
 from tests.conftest import REPO
+from tests.kit.imports import forget_first
 
 
 def topodra(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -46,7 +47,7 @@ def test_every_help_has_examples_and_exit_codes(command: list[str]) -> None:
 def test_help_is_wrapped_to_the_width_shutil_would_give(columns: str) -> None:
     """The parsers find the terminal width without importing shutil (the inspect path stays
     cheap); the help reads the same as with argparse's own width."""
-    code = (
+    code = forget_first("shutil") + (
         "import argparse, sys\n"
         "from topodra.drivers.cli.usage import Parser, terminal_columns\n"
         "mine = Parser(prog='x', description='d ' * 80)\n"

@@ -12,6 +12,8 @@ from dataclasses import FrozenInstanceError, dataclass
 import pytest
 from topodra.common.records import FrozenRecordError, field, record
 
+from tests.kit.imports import forget_first
+
 
 @record
 class Link:
@@ -101,8 +103,7 @@ def test_a_field_without_default_after_one_with_is_refused_at_class_creation() -
 
 
 def test_records_import_neither_dataclasses_nor_typing() -> None:
-    code = (
-        "import sys\n"
+    code = forget_first("dataclasses", "typing", "inspect") + (
         "import topodra.common.records\n"
         "sys.exit(sorted(m for m in ('dataclasses', 'typing', 'inspect') if m in sys.modules) != [])\n"
     )

@@ -14,6 +14,7 @@ from topodra.drivers.accelerator import selection
 from topodra.drivers.accelerator.options import AcceleratorOptions
 from topodra.drivers.cli.main import main
 
+from tests.kit.imports import forget_first
 from tests.kit.sysfs import basic_machine
 from tests.unit.topology.test_topology_pci import switch_machine
 
@@ -179,11 +180,11 @@ def test_inspect_imports_no_grpc_kubernetes_or_yaml(tmp_path: Path, output: str)
     """Nor what only costs start-up time next to lstopo: dataclasses (with inspect and ast),
     typing, and shutil (argparse's formatter asks it for the terminal width)."""
     basic_machine(tmp_path, cpus=2)
-    code = (
-        "import sys\n"
+    roots = ("grpc", "kubernetes", "yaml", "google", "dataclasses", "inspect", "typing", "shutil")
+    code = forget_first(*roots) + (
         "from topodra.drivers.cli.main import main\n"
         f"assert main(['inspect', '--output', {output!r}, '--sysfs-root', {str(tmp_path)!r}]) == 0\n"
-        "roots = ('grpc', 'kubernetes', 'yaml', 'google', 'dataclasses', 'inspect', 'typing', 'shutil')\n"
+        f"roots = {roots!r}\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in roots\n"
         "               or (m.startswith('topodra.drivers.') and not m.startswith('topodra.drivers.cli')))\n"
         "print('HEAVY', heavy, file=sys.stderr)\n"
