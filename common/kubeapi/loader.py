@@ -162,10 +162,13 @@ def new_api_client(kubeconfig: str | None = None) -> Connection:
 
     cfg = Configuration()
     if kubeconfig:
-        # the kubeconfig loader brings yaml, oauthlib and requests; in-cluster needs none of them
-        from kubernetes.config.kube_config import load_kube_config
+        from topodra.common.kubeapi import kubeconfig as plain
 
-        load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+        if not plain.apply(kubeconfig, cfg):
+            # the official loader brings oauthlib, requests and the ApiClient (see `kubeconfig`)
+            from kubernetes.config.kube_config import load_kube_config
+
+            load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
     else:
         from kubernetes.config.incluster_config import load_incluster_config
 

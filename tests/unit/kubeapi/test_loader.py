@@ -17,6 +17,7 @@ import certifi
 from topodra.common.kubeapi import loader
 
 from tests.conftest import REPO
+from tests.kit.imports import forget_first
 from tests.kit.kubeconfig import write_kubeconfig
 
 # what a driver process must not carry (heavy, and never used by topodra at runtime)
@@ -163,17 +164,22 @@ print(json.dumps([failure, [m for m in {probe} if m in sys.modules]]))
 """
     )
     assert in_cluster == ["MaxRetryError", []]
+    # a plain kubeconfig (server, token) is read without the official loader (kubeapi.kubeconfig):
+    # of the loader's imports only yaml, to parse the file
+    probe_roots = {m.split(".")[0] for m in NEVER_ON_THE_DRIVER_PATH + KUBECONFIG_ONLY}
     with_kubeconfig = run_python(
-        f"""
+        forget_first(*probe_roots)
+        + f"""
 import json, sys
 from topodra.common.kubeapi import loader, rest
 api = loader.new_api_client("{kubeconfig}")
 rest.WatchEvents(api, "/apis/resource.k8s.io/v1/resourceslices", {{}}, 2)
 print(json.dumps([api.configuration.host, api.configuration.connection_pool_maxsize,
+                  api.configuration.auth_settings()["BearerToken"]["value"],
                   [m for m in {probe} if m in sys.modules]]))
 """
     )
-    assert with_kubeconfig == ["https://127.0.0.1:1", loader.CONNECTION_POOL_SIZE, list(KUBECONFIG_ONLY)]
+    assert with_kubeconfig == ["https://127.0.0.1:1", loader.CONNECTION_POOL_SIZE, "Bearer t", ["yaml"]]
 
 
 def test_the_serve_command_imports_no_test_or_unused_client_code() -> None:
