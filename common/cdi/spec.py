@@ -268,7 +268,7 @@ def _forked() -> None:
 os.register_at_fork(after_in_child=_forked)
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_dir(path: str | os.PathLike[str]) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -276,7 +276,9 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = True) -> None:
+def atomic_write(
+    path: str | os.PathLike[str], data: bytes, mode: int = 0o600, *, durable: bool = True
+) -> None:
     """Write via a temp file in the same folder renamed over `path`: a reader (or a restarted
     process) sees the old content or the new, never a mix.
 
@@ -286,9 +288,12 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = 
     that are rebuilt from durable state on every start pass `durable=False` (see CdiWriter).
     The temp name ends in `.tmp`, which CDI consumers ignore while it exists. It is created
     new (a stale one, left by a crash, is removed first), so a mode without group or other bits
-    is exact without a chmod: a umask only ever takes those away.
+    is exact without a chmod: a umask only ever takes those away. Names are plain strings (no
+    pathlib objects made per write: this runs several times per claim).
     """
-    tmp = path.with_name(f".{path.name}.{_pid}.tmp")
+    target = os.fspath(path)
+    folder, name = os.path.split(target)
+    tmp = os.path.join(folder, f".{name}.{_pid}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     try:
         fd = os.open(tmp, flags, mode)
@@ -309,9 +314,9 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = 
             os.unlink(tmp)
         raise
     os.close(fd)
-    os.replace(tmp, path)
+    os.replace(tmp, target)
     if durable:
-        fsync_dir(path.parent)
+        fsync_dir(folder or ".")
 
 
 class CdiWriter:
@@ -339,6 +344,7 @@ class CdiWriter:
         self.root = root
         self.kind = kind
         self._prefix = f"{vendor}-{cls}_"
+        self._folder = os.fspath(root)
 
     def file_name(self, spec_id: str) -> str:
         if not _DEVICE_NAME.match(spec_id) or "/" in spec_id or spec_id in (".", ".."):
@@ -348,21 +354,28 @@ class CdiWriter:
     def path(self, spec_id: str) -> Path:
         return self.root / self.file_name(spec_id)
 
+    def _file(self, spec_id: str) -> str:
+        """`path` as a plain string, for the per-claim calls below."""
+        return os.path.join(self._folder, self.file_name(spec_id))
+
     def write(self, spec_id: str, spec: Mapping[str, Any]) -> Path:
+        """One line of JSON, sorted keys: json's C encoder makes it (`indent=` would switch to the
+        pure-Python encoder, which cost more than the rest of the write; two writes per claim)."""
         if spec.get("kind") != self.kind:
             raise SpecError(f"spec kind {spec.get('kind')!r} is not this writer's {self.kind!r}")
-        path = self.path(spec_id)
-        data = json.dumps(spec, indent=2, sort_keys=True).encode() + b"\n"
+        path = self._file(spec_id)
+        data = json.dumps(spec, sort_keys=True).encode() + b"\n"
         try:
             atomic_write(path, data, durable=False)
         except FileNotFoundError:  # the folder is made on the first write (and after a removal)
             self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
             atomic_write(path, data, durable=False)
-        return path
+        return Path(path)
 
     def read(self, spec_id: str) -> dict[str, Any] | None:
         try:
-            data: dict[str, Any] = json.loads(self.path(spec_id).read_bytes())
+            with open(self._file(spec_id), "rb") as f:
+                data: dict[str, Any] = json.loads(f.read())
         except FileNotFoundError:
             return None
         return data
@@ -370,7 +383,7 @@ class CdiWriter:
     def remove(self, spec_id: str) -> bool:
         """True when a file was removed; a missing file is fine (idempotent)."""
         try:
-            self.path(spec_id).unlink()
+            os.unlink(self._file(spec_id))
         except FileNotFoundError:
             return False
         return True
