@@ -33,12 +33,16 @@ class Call:
     fetched: dict[str, Any]  # uid -> claim object or the exception its GET raised
     prepared: dict[str, ClaimOutcome] = field(default_factory=dict)
     unprepared: dict[str, str] = field(default_factory=dict)
-    done: threading.Event = field(default_factory=threading.Event)  # answered
-    wake: threading.Event = field(default_factory=threading.Event)  # answered, or now the leader
+    answered: bool = False
+    # set when answered or made the leader; only a call that queues behind a leader waits on one
+    # (made under the queue's lock before anyone can take the call), so the common call that
+    # serves itself makes no Event at all
+    wake: threading.Event | None = None
 
     def finish(self) -> None:
-        self.done.set()
-        self.wake.set()
+        self.answered = True
+        if self.wake is not None:
+            self.wake.set()
 
     def fail(self, message: str) -> None:
         for c in self.claims:
@@ -67,12 +71,14 @@ class CallQueue:
     def submit(self, call: Call, serve: Serve) -> None:
         """Returns once `call` is answered (by this thread or a leader)."""
         with self._lock:
-            self._queue.append(call)
             lead = not self._leading
+            if not lead:
+                call.wake = threading.Event()
+            self._queue.append(call)
             self._leading = True
-        if not lead:
+        if call.wake is not None:
             call.wake.wait()  # answered, or handed the lead
-        if not call.done.is_set():
+        if not call.answered:
             self._lead(call, serve)
 
     def _take(self) -> list[Call]:
@@ -83,7 +89,7 @@ class CallQueue:
     def _lead(self, call: Call, serve: Serve) -> None:
         """Serve queued calls in batches until `call` is answered, then pass the lead on."""
         try:
-            while not call.done.is_set():
+            while not call.answered:
                 try:
                     serve(self._take)
                 except LockTimeout as e:
@@ -94,9 +100,16 @@ class CallQueue:
                 if call in self._queue:
                     self._queue.remove(call)  # its caller gets the exception
                 if self._queue:
-                    self._queue[0].wake.set()
+                    _wake(self._queue[0])
                 else:
                     self._leading = False
+
+
+def _wake(call: Call) -> None:
+    """Hands the lead to a queued call: every call queued behind a leader has its Event."""
+    if call.wake is None:  # not reachable: such a call never waits, so it must not be queued
+        raise RuntimeError(f"call of {len(call.claims)} claims queued without a wake event")
+    call.wake.set()
 
 
 def stages(batch: Sequence[Call]) -> list[tuple[str, list[Call]]]:
