@@ -73,6 +73,10 @@ class DRAServicer:
         self.driver = driver
         self.processor = processor
         self._log = logs.get(__name__, driver=driver)
+        # each call's metric children, looked up on first use only (`labels()` takes a lock and
+        # builds a key; made up front, series nobody called would be exported at zero)
+        self._operations: dict[str, Any] = {}
+        self._durations: dict[tuple[str, str], Any] = {}
 
     def handlers(self) -> list[grpc.GenericRpcHandler[Any, Any]]:
         out: list[grpc.GenericRpcHandler[Any, Any]] = []
@@ -130,12 +134,20 @@ class DRAServicer:
             return {r.uid: message for r in refs}
 
     def _count(self, operation: str, n: int, errors: list[str]) -> None:
-        metrics.CLAIM_OPERATIONS.labels(self.driver, operation).inc(n)
+        counter = self._operations.get(operation)
+        if counter is None:
+            counter = self._operations[operation] = metrics.CLAIM_OPERATIONS.labels(self.driver, operation)
+        counter.inc(n)
         failed = sum(1 for e in errors if e)
         if failed:
             metrics.CLAIM_ERRORS.labels(self.driver, operation).inc(failed)
 
     def _observe(self, method: str, version: str, start: float, n: int) -> None:
         elapsed = time.perf_counter() - start
-        metrics.GRPC_DURATION.labels(self.driver, method, version).observe(elapsed)
+        histogram = self._durations.get((method, version))
+        if histogram is None:
+            histogram = self._durations[(method, version)] = metrics.GRPC_DURATION.labels(
+                self.driver, method, version
+            )
+        histogram.observe(elapsed)
         self._log.debug("kubelet call answered", method=method, version=version, claims=n, seconds=elapsed)
