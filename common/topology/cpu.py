@@ -21,10 +21,10 @@ wins; cache ids are too often absent to decide).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 
 from topodra.common.topology.model import Cache, Core, Cpu, Package
+from topodra.common.topology.names import numbered
 from topodra.common.topology.parse import (
     cached_cpumask,
     compress,
@@ -37,8 +37,6 @@ from topodra.common.topology.parse import (
 from topodra.common.topology.reader import SysfsReader, is_dir, shown
 
 CPU_DIR = "sys/devices/system/cpu"
-_CPU_NAME = re.compile(r"cpu(\d+)\Z")
-_INDEX_NAME = re.compile(r"index(\d+)\Z")
 _CACHE_TYPES = {"Data": "data", "Instruction": "instruction", "Unified": "unified"}
 # AMD families whose "compute units" pair two cores in one thread_siblings mask (hwloc does the same).
 _AMD_CU_FAMILIES = (0x15, 0x16)
@@ -79,9 +77,9 @@ class CpuTopology:
 def find_cpus(r: SysfsReader) -> CpuPresence:
     ids = []
     for entry in r.scandir(CPU_DIR):
-        m = _CPU_NAME.match(entry.name)
-        if m and is_dir(entry):
-            ids.append(int(m.group(1)))
+        n = numbered(entry.name, "cpu")
+        if n is not None and is_dir(entry):
+            ids.append(n)
     ids.sort()
     global_online: frozenset[int] | None = None
     global_read = False
@@ -388,7 +386,7 @@ def _read_caches(
     owned: dict[tuple[int, str], set[int]] = {}
     for n in order:
         base = f"{CPU_DIR}/cpu{n}/cache"
-        names = sorted((int(m.group(1)), e.name) for e in r.scandir(base) if (m := _INDEX_NAME.match(e.name)))
+        names = sorted((i, e.name) for e in r.scandir(base) if (i := numbered(e.name, "index")) is not None)
         for _, name in names:
             if n in covered.get(name, ()):
                 continue

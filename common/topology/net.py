@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import errno
-import re
 
 from topodra.common.topology.model import DeviceNode, NetInterface, PciFunction, RdmaDevice
+from topodra.common.topology.names import is_mac, is_numbered
 from topodra.common.topology.parse import parse_int
 from topodra.common.topology.pci import nearest_function
 from topodra.common.topology.reader import SysfsReader, is_link, shown
@@ -13,10 +13,9 @@ from topodra.common.topology.reader import SysfsReader, is_link, shown
 NET_DIR = "sys/class/net"
 IB_DIR = "sys/class/infiniband"
 _IB_CHAR_CLASSES = (
-    ("sys/class/infiniband_verbs", re.compile(r"uverbs\d+\Z"), "uverbs", "/dev/infiniband/"),
-    ("sys/class/infiniband_mad", re.compile(r"(umad|issm)\d+\Z"), "", "/dev/infiniband/"),
+    ("sys/class/infiniband_verbs", ("uverbs",), "uverbs", "/dev/infiniband/"),
+    ("sys/class/infiniband_mad", ("umad", "issm"), "", "/dev/infiniband/"),
 )
-_MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2})+\Z")
 # speed/carrier of a down or virtual link answer EINVAL: that is "unknown", not a broken file
 _QUIET = (errno.EINVAL, errno.EOPNOTSUPP, errno.ENODEV)
 
@@ -55,7 +54,7 @@ def read_interfaces(
         virtual = device_path is None or device_path.startswith("sys/devices/virtual/")
         pci = None if virtual or device_path is None else nearest_function(device_path)
         mac = r.read(f"{d}/address", quiet_errors=_QUIET)
-        if mac is not None and not _MAC.match(mac):
+        if mac is not None and not is_mac(mac):
             r.warn(f"{d}/address", f"not a MAC address: {shown(mac)}")
             mac = None
         # captures of down links hold empty speed/carrier files (the kernel answered EINVAL)
@@ -87,9 +86,9 @@ def read_rdma(r: SysfsReader, functions: dict[str, PciFunction]) -> tuple[RdmaDe
         return ()
     # character devices (uverbsN, umadN, issmN) name their RDMA device in `ibdev`
     chars: dict[str, list[DeviceNode]] = {}
-    for cls, pattern, kind, dev_dir in _IB_CHAR_CLASSES:
+    for cls, prefixes, kind, dev_dir in _IB_CHAR_CLASSES:
         for e in r.scandir(cls):
-            if not pattern.match(e.name):
+            if not is_numbered(e.name, *prefixes):
                 continue
             ibdev = r.read(f"{cls}/{e.name}/ibdev")
             if ibdev is None:

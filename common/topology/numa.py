@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 from topodra.common.topology.model import NumaNode
+from topodra.common.topology.names import numbered
 from topodra.common.topology.parse import parse_int, read_cpus
 from topodra.common.topology.reader import SysfsReader, is_dir, shown
 
 NODE_DIR = "sys/devices/system/node"
-_NODE_NAME = re.compile(r"node(\d+)\Z")
 
 
 def _memtotal(r: SysfsReader, rel: str) -> int | None:
@@ -33,9 +31,9 @@ def _memtotal(r: SysfsReader, rel: str) -> int | None:
 def read_nodes(r: SysfsReader, usable: frozenset[int]) -> tuple[NumaNode, ...]:
     ids = []
     for entry in r.scandir(NODE_DIR):
-        m = _NODE_NAME.match(entry.name)
-        if m and is_dir(entry):
-            ids.append(int(m.group(1)))
+        n = numbered(entry.name, "node")
+        if n is not None and is_dir(entry):
+            ids.append(n)
     if not ids:
         return ()
     ids.sort()

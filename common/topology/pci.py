@@ -12,19 +12,14 @@ leaves that policy to the publisher.
 from __future__ import annotations
 
 import os
-import re
 
 from topodra.common.topology import classify
 from topodra.common.topology.model import DeviceNode, PcieLink, PcieRoot, PciFunction, Sriov
+from topodra.common.topology.names import is_numbered, is_pci_address, is_root_bus
 from topodra.common.topology.parse import parse_int, read_cpus, read_hex, read_id, read_int
 from topodra.common.topology.reader import SysfsReader, is_dir, is_link, shown
 
 BUS_DIR = "sys/bus/pci/devices"
-BDF = re.compile(r"[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\Z")
-ROOT = re.compile(r"pci[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}\Z")
-_DRM = re.compile(r"(card|renderD)\d+\Z")
-_ACCEL = re.compile(r"accel\d+\Z")
-_VFIO_DEV = re.compile(r"vfio\d+\Z")
 # Folders under sys/devices that never hold PCI hosts: skip them when hunting for a device.
 _NOT_PCI_HOSTS = frozenset({"system", "virtual", "software", "tracepoint", "breakpoint", "kprobe", "uprobe"})
 _WALK_DEPTH = 16
@@ -58,22 +53,22 @@ def locate(path: str) -> Location:
     """
     parts = path.split("/")
     pcie_root = None
-    if len(parts) > 3 and parts[0] == "sys" and parts[1] == "devices" and ROOT.match(parts[2]):
+    if len(parts) > 3 and parts[0] == "sys" and parts[1] == "devices" and is_root_bus(parts[2]):
         pcie_root = parts[2].lower()
     root_at = -1
     for i in range(len(parts) - 1):
-        if ROOT.match(parts[i]):
+        if is_root_bus(parts[i]):
             root_at = i
     if root_at < 0:
         return Location(path, pcie_root, None, None)
-    bridges = tuple(p.lower() for p in parts[root_at + 1 : -1] if BDF.match(p))
+    bridges = tuple(p.lower() for p in parts[root_at + 1 : -1] if is_pci_address(p))
     return Location(path, pcie_root, parts[root_at].lower(), bridges)
 
 
 def nearest_function(path: str) -> str | None:
     """The closest PCI function at or above a sysfs path (a USB NIC answers its USB controller)."""
     for part in reversed(path.split("/")):
-        if BDF.match(part):
+        if is_pci_address(part):
             return part.lower()
     return None
 
@@ -90,7 +85,7 @@ class _Finder:
             self._index = {}
             for e in self._r.scandir("sys/devices"):
                 if e.name not in _NOT_PCI_HOSTS and is_dir(e, follow=False):
-                    self._walk(f"sys/devices/{e.name}", ROOT.match(e.name) is not None, 0)
+                    self._walk(f"sys/devices/{e.name}", is_root_bus(e.name), 0)
         return self._index.get(name.lower())
 
     def _walk(self, rel: str, in_pci: bool, depth: int) -> None:
@@ -99,8 +94,8 @@ class _Finder:
         for e in self._r.scandir(rel):
             if not is_dir(e, follow=False):
                 continue
-            is_fn = BDF.match(e.name) is not None
-            is_root = ROOT.match(e.name) is not None
+            is_fn = is_pci_address(e.name)
+            is_root = is_root_bus(e.name)
             child = f"{rel}/{e.name}"
             if is_fn:
                 self._index.setdefault(e.name.lower(), child)  # type: ignore[union-attr]
@@ -157,12 +152,12 @@ def _device_nodes(r: SysfsReader, d: str, address: str, scan_gpu: bool) -> list[
     nodes: list[DeviceNode] = []
     if scan_gpu:
         for e in r.scandir(f"{d}/drm"):
-            if _DRM.match(e.name):
+            if is_numbered(e.name, "card", "renderD"):
                 major, minor = _dev_numbers(r, f"{d}/drm/{e.name}/dev")
                 kind = "drm-render" if e.name.startswith("render") else "drm-card"
                 nodes.append(DeviceNode(kind, e.name, f"/dev/dri/{e.name}", major, minor, address))
         for e in r.scandir(f"{d}/accel"):
-            if _ACCEL.match(e.name):
+            if is_numbered(e.name, "accel"):
                 major, minor = _dev_numbers(r, f"{d}/accel/{e.name}/dev")
                 nodes.append(DeviceNode("accel", e.name, f"/dev/accel/{e.name}", major, minor, address))
     return nodes
@@ -174,7 +169,7 @@ def _vfio_nodes(r: SysfsReader, d: str, address: str, group: int | None) -> list
         major, minor = _dev_numbers(r, f"sys/class/vfio/{group}/dev")
         nodes.append(DeviceNode("vfio-group", str(group), f"/dev/vfio/{group}", major, minor, address))
     for e in r.scandir(f"{d}/vfio-dev"):
-        if _VFIO_DEV.match(e.name):
+        if is_numbered(e.name, "vfio"):
             major, minor = _dev_numbers(r, f"{d}/vfio-dev/{e.name}/dev")
             path = f"/dev/vfio/devices/{e.name}"
             nodes.append(DeviceNode("vfio-device", e.name, path, major, minor, address))
@@ -273,7 +268,7 @@ def read_functions(r: SysfsReader, usable: frozenset[int]) -> tuple[PciFunction,
     for entry in r.scandir(BUS_DIR):
         name = entry.name
         rel = f"{BUS_DIR}/{name}"
-        if not BDF.match(name):
+        if not is_pci_address(name):
             r.warn(rel, "not a PCI address")
             continue
         address = name.lower()
