@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import errno
 import os
-import weakref
 from collections.abc import Callable
 
 from topodra.common.topology.model import DiscoveryWarning
@@ -253,9 +252,15 @@ class _InRoot:
     def __init__(self, root: str) -> None:
         self.fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.dirs: dict[str, int] = {}  # folder -> an O_PATH descriptor of it, beneath the root
-        weakref.finalize(self, _close_all, self.fd, self.dirs)
         self._openat2: Callable[[int, str, int], int] | None = None
         self._probed = False
+
+    def __del__(self) -> None:
+        # the descriptors go with the reader (not weakref.finalize: importing weakref is most of
+        # a millisecond of `topodra inspect`, and nothing here forms a cycle)
+        fd = getattr(self, "fd", None)  # absent when opening the root failed
+        if fd is not None:
+            _close_all(fd, self.dirs)
 
     def resolve(self, rel: str, flags: int) -> int:
         if not self._probed:
