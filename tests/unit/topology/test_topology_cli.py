@@ -178,9 +178,22 @@ def test_inspect_lists_no_bmc_display_adapter_as_an_accelerator(
 @pytest.mark.parametrize("output", ["json", "text"])
 def test_inspect_imports_no_grpc_kubernetes_or_yaml(tmp_path: Path, output: str) -> None:
     """Nor what only costs start-up time next to lstopo: dataclasses (with inspect and ast),
-    typing, and shutil (argparse's formatter asks it for the terminal width)."""
+    typing, shutil (argparse's formatter asks it for the terminal width), weakref (the reader
+    closes its descriptors without it) and ctypes (only a tree whose reads meet a link needs
+    openat2)."""
     basic_machine(tmp_path, cpus=2)
-    roots = ("grpc", "kubernetes", "yaml", "google", "dataclasses", "inspect", "typing", "shutil")
+    roots = (
+        "grpc",
+        "kubernetes",
+        "yaml",
+        "google",
+        "dataclasses",
+        "inspect",
+        "typing",
+        "shutil",
+        "weakref",
+        "ctypes",
+    )
     code = forget_first(*roots) + (
         "from topodra.drivers.cli.main import main\n"
         f"assert main(['inspect', '--output', {output!r}, '--sysfs-root', {str(tmp_path)!r}]) == 0\n"
