@@ -255,3 +255,33 @@ def test_slices_socket_follows_packages_resolved_from_contradicting_masks(
         for d in s["spec"]["devices"]
     }
     assert socket_of == {n: n // 4 for n in range(7)}  # two sockets, as the machine has
+
+
+@pytest.mark.parametrize("output", ["json", "text"])
+def test_inspect_gives_the_collector_back_to_its_caller(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str
+) -> None:
+    """inspect pauses the cyclic garbage collector while it runs (no pass over discovery's
+    objects); called in-process (a test, a script) it leaves it as it found it, also on failure."""
+    import gc
+
+    from topodra.drivers.cli.main import build_parser
+
+    basic_machine(tmp_path, cpus=64)  # enough objects for several passes of the collector
+    args = build_parser("inspect").parse_args(["inspect", "-o", output, "--sysfs-root", str(tmp_path)])
+    absent = build_parser("inspect").parse_args(["inspect", "--sysfs-root", str(tmp_path / "absent")])
+    assert gc.isenabled()
+    seen: list[str] = []
+    gc.callbacks.append(lambda phase, info: seen.append(phase))
+    try:
+        assert args.run(args) == 0
+        assert seen == [] and gc.isenabled()
+        assert absent.run(absent) == 2
+        assert gc.isenabled()
+        gc.disable()
+        assert args.run(args) == 0
+        assert not gc.isenabled()  # nor turned on for a caller that had it off
+    finally:
+        gc.enable()
+        gc.callbacks.pop()
+    capsys.readouterr()
