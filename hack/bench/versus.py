@@ -119,10 +119,26 @@ def comparison_lines(name: str, comparison: Mapping[str, Any] | None, hold: int 
     return out
 
 
+def _ratios(rows: Sequence[Mapping[str, Any]], side: str, peer: str) -> dict[str, Any]:
+    wall = [r[f"{side}_wall"] / r[f"{peer}_wall"] for r in rows]
+    cpu = [r[f"{side}_cpu"] / r[f"{peer}_cpu"] for r in rows if r[f"{peer}_cpu"] > 0]
+    worst = max(range(len(rows)), key=lambda i: wall[i])
+    return {
+        "trees": len(rows),
+        "gmean_wall": gmean(wall),
+        "gmean_cpu": gmean(cpu),
+        "wall": wall,
+        "worst": {"tree": rows[worst]["tree"], "ratio": wall[worst]},
+    }
+
+
 def inspect_summary(rows: Sequence[Mapping[str, Any]], have_lstopo: bool = True) -> dict[str, Any]:
     """Per peer: geometric means of topodra / peer over the trees (wall and CPU), how many trees
     meet the goal, the worst tree. ghw only where it read the tree without an error: on the
-    others it stops early and its time says nothing about the same work."""
+    others it stops early and its time says nothing about the same work; and apart, only the
+    trees where ghw described CPU cores (where it found no NUMA node it read next to nothing of
+    what topodra describes). Where the rows carry a bare interpreter start (`python`), its ratio
+    to the peer over the same trees: the floor no Python command goes below."""
     out: dict[str, Any] = {}
     for key, _, target in INSPECT_PEERS:
         goal = float(target.split()[1].rstrip("x"))
@@ -133,21 +149,35 @@ def inspect_summary(rows: Sequence[Mapping[str, Any]], have_lstopo: bool = True)
         if not use:
             out[key] = {"why": "no tree it could read"}
             continue
-        wall = [r["topodra_wall"] / r[f"{key}_wall"] for r in use]
-        cpu = [r["topodra_cpu"] / r[f"{key}_cpu"] for r in use if r[f"{key}_cpu"] > 0]
-        worst = max(range(len(use)), key=lambda i: wall[i])
-        out[key] = {
-            "trees": len(use),
-            "gmean_wall": gmean(wall),
-            "gmean_cpu": gmean(cpu),
-            "within_wall": sum(1 for w in wall if w <= goal),
-            "worst": {"tree": use[worst]["tree"], "ratio": wall[worst]},
-        }
+        got = _ratios(use, "topodra", key)
+        got["within_wall"] = sum(1 for w in got.pop("wall") if w <= goal)
+        if all("python_wall" in r for r in use):
+            floor = _ratios(use, "python", key)
+            got["floor"] = {"gmean_wall": floor["gmean_wall"], "gmean_cpu": floor["gmean_cpu"]}
+        if key == "ghw" and all("ghw_cores" in r for r in use):
+            described = [r for r in use if r["ghw_cores"]]
+            if described:
+                part = _ratios(described, "topodra", key)
+                part["within_wall"] = sum(1 for w in part.pop("wall") if w <= goal)
+                got["described"] = part
+            else:
+                got["described"] = {"why": "ghw found CPU cores in none of the trees"}
+        out[key] = got
     return out
 
 
+def _inspect_value(s: Mapping[str, Any], load: str) -> str:
+    worst, n = s.get("worst") or {}, s.get("trees")
+    return (
+        f"{s['gmean_wall']:.2f}x wall, {s['gmean_cpu']:.2f}x CPU (geometric mean of {n} trees; "
+        f"{s['within_wall']} of {n} within the goal; worst {worst.get('ratio', math.nan):.2f}x on "
+        f"{worst.get('tree', '?')}{load})"
+    )
+
+
 def inspect_lines(d: Mapping[str, Any] | None) -> list[Line]:
-    """`topodra inspect` against ghw and lstopo: geometric means over the trees, worst tree."""
+    """`topodra inspect` against ghw and lstopo: geometric means over the trees, worst tree; ghw
+    also on the trees where it found the CPUs; the bare interpreter's floor against each."""
     if not d:
         return [Line("`topodra inspect` / ghw, lstopo", "not run", "")]
     if d.get("error"):
@@ -160,13 +190,22 @@ def inspect_lines(d: Mapping[str, Any] | None) -> list[Line]:
         if s.get("gmean_wall") is None:
             out.append(Line(figure, f"n/a: {s.get('why', 'no figures')}", target))
             continue
-        worst, n = s.get("worst") or {}, s.get("trees")
-        value = (
-            f"{s['gmean_wall']:.2f}x wall, {s['gmean_cpu']:.2f}x CPU (geometric mean of {n} trees; "
-            f"{s['within_wall']} of {n} within the goal; worst {worst.get('ratio', math.nan):.2f}x on "
-            f"{worst.get('tree', '?')}{load})"
-        )
-        out.append(Line(figure, value, target))
+        out.append(Line(figure, _inspect_value(s, load), target))
+        part = s.get("described")
+        if part is not None:
+            figure = f"`topodra inspect` whole process / {label}, trees where ghw found CPU cores"
+            value = _inspect_value(part, load) if part.get("gmean_wall") else f"n/a: {part.get('why')}"
+            out.append(Line(figure, value, target))
+        floor = s.get("floor")
+        if floor is not None:
+            out.append(
+                Line(
+                    f"bare interpreter start (`python -c pass`) / {label}",
+                    f"{floor['gmean_wall']:.2f}x wall, {floor['gmean_cpu']:.2f}x CPU (geometric mean over "
+                    f"the same {s['trees']} trees: no Python command goes below this{load})",
+                    target,
+                )
+            )
     return out
 
 

@@ -87,3 +87,31 @@ def test_the_benchmark_table_carries_the_peer_rows() -> None:
     assert any(r.value.startswith("0.73x") for r in rows)
     assert "| vs Go peer |" in table.markdown(rows)
     assert [r.value for r in table.peer_rows(None)] == ["not run"]
+
+
+def test_ghw_apart_on_trees_where_it_found_cores_and_the_interpreter_floor() -> None:
+    rows = [
+        {"tree": "a", "ghw_errors": {}, "ghw_cores": 8, "topodra_wall": 0.04, "ghw_wall": 0.02,
+         "lstopo_wall": 0.01, "python_wall": 0.015, "topodra_cpu": 0.04, "ghw_cpu": 0.02,
+         "lstopo_cpu": 0.01, "python_cpu": 0.015},
+        {"tree": "b", "ghw_errors": {}, "ghw_cores": 0, "topodra_wall": 0.05, "ghw_wall": 0.005,
+         "lstopo_wall": 0.005, "python_wall": 0.015, "topodra_cpu": 0.05, "ghw_cpu": 0.005,
+         "lstopo_cpu": 0.005, "python_cpu": 0.015},
+    ]  # fmt: skip
+    got = versus.inspect_summary(rows)
+    assert got["ghw"]["trees"] == 2 and got["ghw"]["gmean_wall"] == pytest.approx((2 * 10) ** 0.5)
+    assert got["ghw"]["described"]["trees"] == 1
+    assert got["ghw"]["described"]["gmean_wall"] == pytest.approx(2.0)
+    assert got["ghw"]["floor"]["gmean_wall"] == pytest.approx((0.75 * 3) ** 0.5)
+    assert got["lstopo"]["floor"]["gmean_cpu"] == pytest.approx((1.5 * 3) ** 0.5)
+    assert "described" not in got["lstopo"]
+    figures = [line.figure for line in versus.inspect_lines({"trees": rows, "load": 2.0, **got})]
+    assert figures == [
+        "`topodra inspect` whole process / ghw (Go)",
+        "`topodra inspect` whole process / ghw (Go), trees where ghw found CPU cores",
+        "bare interpreter start (`python -c pass`) / ghw (Go)",
+        "`topodra inspect` whole process / lstopo",
+        "bare interpreter start (`python -c pass`) / lstopo",
+    ]
+    none = [dict(r, ghw_cores=0) for r in rows]
+    assert versus.inspect_summary(none)["ghw"]["described"]["why"].startswith("ghw found CPU cores in none")
