@@ -6,7 +6,7 @@ Who updates what, so nothing is counted twice:
 - the gRPC servicer (`draserver`): `CLAIM_OPERATIONS`, `CLAIM_ERRORS` (one per claim in a call)
   and `GRPC_DURATION` (one per call);
 - the claim core (`claims.ClaimManager`): `CLAIM_DURATION` (time spent on one claim) and
-  `PREPARED_CLAIMS` (claims held now, set after load and after every change);
+  `PREPARED_CLAIMS` (claims held now, counted when the gauge is read);
 - the publisher (`common/publisher`): `PUBLISHED_DEVICES`, `SLICE_WRITES`, `SLICE_ERRORS`,
   `SLICE_LAST_SUCCESS`;
 - registration and health: `KUBELET_REGISTERED`, `HEALTH_STREAMS`.

@@ -74,8 +74,10 @@ class _Metrics:
     def unprepare(self, seconds: float) -> None:
         self._unprepare.observe(seconds)
 
-    def prepared(self, count: int) -> None:
-        self._prepared.set(count)
+    def prepared(self, count: Callable[[], int]) -> None:
+        """`count` is asked when the gauge is read (a scrape), not after every batch: it walks
+        every claim held, which each prepare and unprepare paid for before."""
+        self._prepared.set_function(count)
 
 
 class ClaimManager:
@@ -122,6 +124,7 @@ class ClaimManager:
         self._stop = threading.Event()
         self._reconciler: threading.Thread | None = None
         self._judge = Judge(claim_source, driver.name, self._log)
+        self._metrics.prepared(self._count_completed)
 
     @classmethod
     def create(
@@ -191,7 +194,6 @@ class ClaimManager:
             if rec.phase is Phase.COMPLETED:
                 self._ensure_spec(rec)
         self._save_best_effort()
-        self._metrics.prepared(self._count_completed())
         self._log.info(f"recovered {self._count_completed()} prepared claims from {self._checkpoint.path}")
 
     def _ensure_spec(self, rec: ClaimRecord) -> None:
@@ -225,7 +227,9 @@ class ClaimManager:
             self._log.error(f"cannot write checkpoint {self._checkpoint.path}: {e}", error=str(e))
 
     def _count_completed(self) -> int:
-        return sum(1 for r in self._records.values() if r.phase is Phase.COMPLETED)
+        """Also called by a metrics scrape, on its own thread: it counts a copy (made at once,
+        under the GIL), never the dict that an operation may be changing."""
+        return sum(1 for r in list(self._records.values()) if r.phase is Phase.COMPLETED)
 
     def _rollback(self, rec: ClaimRecord) -> bool:
         """Undo a started-only claim. On failure the record stays (its devices stay held)."""
@@ -303,7 +307,6 @@ class ClaimManager:
                     out = self._prepare_many(claims, fetched)
                     for r in requests:
                         r.prepared = {c.uid: out[c.uid] for c in r.claims}
-            self._metrics.prepared(self._count_completed())
         except Exception as e:  # a bug here must not leave callers hanging
             self._log.exception("claim batch failed")
             for r in batch:
@@ -553,5 +556,4 @@ class ClaimManager:
                     self._log.info(f"reconcile: {label(claim)} is {reason}; unpreparing", **logs.claim(claim))
                     if not self._unprepare_many([claim])[claim.uid]:
                         report.unprepared.append(claim.uid)
-                self._metrics.prepared(self._count_completed())
         return report
