@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from topodra.common import logs
-from topodra.drivers.nic import iplink
+from topodra.common.hostnet import iplink
 
 _log = logs.get("topodra.nic.attach")
 
@@ -184,33 +184,6 @@ def _name_taken(name: str, mac: str | None) -> bool:
 
 
 # --- a pod's namespace that nobody uses any more -------------------------------------------------
-
-
-def sees_all_processes() -> bool:
-    """True in the host's PID namespace. Kernel threads (pid 2, kthreadd) are visible only
-    there; in a container without hostPID every pinned namespace would look unused."""
-    try:
-        with open("/proc/2/comm") as f:
-            return f.read().strip() == "kthreadd"
-    except OSError:
-        return False
-
-
-def netns_in_use() -> set[int]:
-    """Inode numbers of the network namespaces some process is in (readlink only, no stat)."""
-    out: set[int] = set()
-    try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return out
-    for pid in pids:
-        try:
-            link = os.readlink(f"/proc/{pid}/ns/net")  # "net:[4026531840]"
-        except OSError:
-            continue
-        if link.startswith("net:[") and link.endswith("]"):
-            out.add(int(link[5:-1]))
-    return out
 
 
 def return_orphan(att: Attachment, in_use: set[int]) -> str | None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from topodra.common import logs
 from topodra.common.cdi.edits import ContainerEdits
 from topodra.common.device import device_from_api
+from topodra.common.hostnet import iplink, uplink
 from topodra.common.inventory import InventoryHandle, Policy
 from topodra.common.runtime.config import describe_claim
 from topodra.common.runtime.driver import (
@@ -39,7 +40,7 @@ from topodra.common.runtime.driver import (
 )
 from topodra.common.topology import discover
 from topodra.common.topology.model import Topology
-from topodra.drivers.nic import attach, config, edits, health, hookfiles, iplink, uplink
+from topodra.drivers.nic import attach, config, edits, health, hookfiles
 from topodra.drivers.nic.attach import Attachment, ReleaseError
 from topodra.drivers.nic.devices import DRIVER, Nic, Selection, build_nics
 from topodra.drivers.nic.pods import Held, PodWatch, prepared_entry

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from topodra.common.hostnet import iplink
 from topodra.common.runtime.driver import DeviceHealth, Health
-from topodra.drivers.nic import iplink
 from topodra.drivers.nic.attach import Attachment
 from topodra.drivers.nic.devices import Nic, link_is_down
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from topodra.common import logs
 from topodra.common.device import Device
+from topodra.common.hostnet import iplink
 from topodra.common.runtime.driver import (
     AllocatedDeviceStatus,
     ClaimRef,
@@ -23,7 +24,7 @@ from topodra.common.runtime.driver import (
     DeviceHealth,
     NetworkDeviceData,
 )
-from topodra.drivers.nic import attach, health, iplink
+from topodra.drivers.nic import attach, health
 from topodra.drivers.nic.attach import Attachment, ReleaseError
 
 
@@ -98,9 +99,9 @@ class PodWatch:
             return False
         self._orphans_at = now
         pinned = [h for h in held if iplink.is_pinned_netns(h.attachment.pin)]
-        if not pinned or not attach.sees_all_processes():
+        if not pinned or not iplink.sees_all_processes():
             return False
-        in_use = attach.netns_in_use()
+        in_use = iplink.netns_in_use()
         moved = False
         for h in pinned:
             att = h.attachment

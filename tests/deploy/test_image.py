@@ -17,8 +17,8 @@ import tomllib
 from pathlib import Path
 
 import yaml
+from topodra.common.hostnet import iplink
 from topodra.drivers.cli.main import SUBCOMMANDS
-from topodra.drivers.nic import iplink
 
 from tests.conftest import REPO, skip_or_fail
 from tests.deploy.render import CHART, DEPLOY, daemonsets, load

@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from topodra.drivers.nic import hookfiles, iplink
+from topodra.common.hostnet import iplink
+from topodra.drivers.nic import hookfiles
 from topodra.drivers.nic.attach import Attachment, ReleaseError, Where, locate, release
 
 from tests.drivers.nic.conftest import Links, host_link, netns_links, process_in

@@ -18,10 +18,10 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+from topodra.common.hostnet.uplink import find_uplinks
 from topodra.common.publisher.build import build_desired
 from topodra.common.topology import discover
 from topodra.drivers.nic.devices import DRIVER, Nic, Selection, build_nics, device_name_for_pci
-from topodra.drivers.nic.uplink import find_uplinks
 
 from tests.conftest import FixtureTrees, fixture_names
 from tests.drivers.nic.conftest import SYNTH_NAMES, SynthTree

@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from topodra.drivers.nic.config import ifname_problem
-from topodra.drivers.nic.devices import device_name_for_interface, device_name_for_pci
-from topodra.drivers.nic.uplink import (
+from topodra.common.hostnet.uplink import (
     find_uplinks,
     interfaces_holding,
     lower_closure,
@@ -21,6 +19,8 @@ from topodra.drivers.nic.uplink import (
     parse_ipv4_routes,
     parse_ipv6_routes,
 )
+from topodra.drivers.nic.config import ifname_problem
+from topodra.drivers.nic.devices import device_name_for_interface, device_name_for_pci
 
 from tests.conftest import skip_or_fail
 from tests.drivers.nic.conftest import netns_unavailable

@@ -156,3 +156,33 @@ def unpin(path: str) -> None:
             raise IpError(f"umount {path}: {done.stderr.strip()}")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+# --- which namespaces some process is in ---------------------------------------------------------
+
+
+def sees_all_processes() -> bool:
+    """True in the host's PID namespace. Kernel threads (pid 2, kthreadd) are visible only
+    there; in a container without hostPID every pinned namespace would look unused."""
+    try:
+        with open("/proc/2/comm") as f:
+            return f.read().strip() == "kthreadd"
+    except OSError:
+        return False
+
+
+def netns_in_use() -> set[int]:
+    """Inode numbers of the network namespaces some process is in (readlink only, no stat)."""
+    out: set[int] = set()
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return out
+    for pid in pids:
+        try:
+            link = os.readlink(f"/proc/{pid}/ns/net")  # "net:[4026531840]"
+        except OSError:
+            continue
+        if link.startswith("net:[") and link.endswith("]"):
+            out.add(int(link[5:-1]))
+    return out

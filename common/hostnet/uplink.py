@@ -1,18 +1,18 @@
-"""Which interfaces carry the node's own traffic, so the driver never hands them to a pod.
+"""Which interfaces carry the node's own traffic, so the NIC driver never hands them to a pod.
 
 Moving the uplink into a pod cuts the node off the network (kubelet, the driver itself, every
-other pod), so it is excluded unless the operator insists (`--nic-allow-uplink`). The uplink is
-found two independent ways, because either alone misses real set-ups:
+other pod), so the NIC driver leaves it out unless the operator insists (`--nic-allow-uplink`).
+The uplink is found two independent ways, because either alone misses real set-ups:
 
 - the default route (`proc/net/route`, `proc/net/ipv6_route` under the discovery root): covers
   nodes whose InternalIP sits on another interface than the default route, and captured trees;
-- the node's InternalIP (`--nic-node-ip`, defaulting to the NODE_IP environment variable that a
-  DaemonSet fills from `status.hostIP`): covers nodes without a default route (air-gapped,
-  policy routing in other tables).
+- the node's InternalIP (the NIC driver's `--nic-node-ip`, defaulting to the NODE_IP
+  environment variable that a DaemonSet fills from `status.hostIP`): covers nodes without a
+  default route (air-gapped, policy routing in other tables).
 
 Both are then widened to the devices underneath: a bond, bridge or VLAN holding the route has
 its ports as `lower_*` links in sysfs, and on Azure accelerated networking the VF is a lower
-device of the synthetic uplink (dranet #175). Those ports are the uplink too.
+device of the synthetic uplink. Those ports are the uplink too.
 """
 
 from __future__ import annotations
