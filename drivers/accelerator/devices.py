@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from topodra.common import pciattrs
+from topodra.common.cdi.hostnodes import Node
 from topodra.common.device import AttributeValue, Capacity, Device
 from topodra.common.topology.model import PciFunction, Topology
 from topodra.drivers.accelerator import selection
@@ -42,16 +43,6 @@ NVIDIA_MAJOR = 195  # LANANA-registered; proc/devices says so when the driver is
 NVIDIA_CTL_MINOR = 255
 _GTS = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s")
 _GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """A character device the container gets: `path` in the container and under the dev root."""
-
-    path: str  # e.g. /dev/dri/renderD128
-    major: int | None  # what sysfs/procfs say; None: not known, any char device is taken
-    minor: int | None
-    optional: bool = False  # left out (with a log line) when the host has no such node
 
 
 @dataclass(frozen=True, slots=True)

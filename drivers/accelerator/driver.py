@@ -1,7 +1,7 @@
 """The accelerator driver: publishes PCI accelerators, hands their device nodes to pods.
 
 Prepare has no side effect on the host: it checks that each node under the dev root is the
-character device sysfs names (hostnodes.py) and returns CDI edits with those nodes and
+character device sysfs names (common/cdi/hostnodes.py) and returns CDI edits with those nodes and
 `TOPODRA_ACCELERATORS`; the runtime writes the claim's CDI spec. What a claim holds is kept in
 the checkpointed `Preparation.state` (with the published device), so a restarted driver knows
 it, and an allocated accelerator that vanishes from the host (hot-unplug, a GPU off the bus)
@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from topodra.common import logs
+from topodra.common.cdi import hostnodes
 from topodra.common.cdi.edits import ContainerEdits, DeviceNode
+from topodra.common.cdi.hostnodes import Node
 from topodra.common.device import Device, device_from_api
 from topodra.common.inventory import Policy
 from topodra.common.runtime.config import ConfigError, describe_claim
@@ -37,8 +39,8 @@ from topodra.common.runtime.driver import (
 )
 from topodra.common.topology import discover
 from topodra.common.topology.model import Topology
-from topodra.drivers.accelerator import health, hostnodes, probe, selection
-from topodra.drivers.accelerator.devices import DRIVER, Accelerator, Node, build_accelerators
+from topodra.drivers.accelerator import health, probe, selection
+from topodra.drivers.accelerator.devices import DRIVER, Accelerator, build_accelerators
 from topodra.drivers.accelerator.options import AcceleratorOptions
 
 TAINT_KEY = f"{DRIVER}/unhealthy"

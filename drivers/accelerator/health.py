@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from topodra.common.runtime.driver import DeviceHealth, Health
-from topodra.drivers.accelerator.probe import read_text
+from topodra.common.topology.hostfiles import read_text
 
 BUS = "sys/bus/pci/devices"
 CANNOT_PREPARE = "cannot be prepared"

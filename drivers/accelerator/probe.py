@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from topodra.common.topology import pciids
+from topodra.common.topology.hostfiles import char_majors, dev_numbers, devname, read_count, read_text
 from topodra.common.topology.model import DeviceNode, PciFunction
 
-_MAX_READ = 1 << 16
-_DEV = re.compile(r"(\d+):(\d+)\Z")
 # Class folders under a PCI function that hold its device nodes: (folder, node names, node kind).
 # discovery reads drm and accel for accelerator classes; the rest are vendor classes it does not.
 DISCOVERED_CLASSES = (
@@ -45,33 +44,6 @@ class HostInfo:
     extra_nodes: Mapping[str, tuple[DeviceNode, ...]] = field(default_factory=dict)
     char_majors: Mapping[str, int] = field(default_factory=dict)  # proc/devices name -> major
     vfio_container: tuple[int, int] | None = None  # numbers of /dev/vfio/vfio
-
-
-def read_text(path: Path) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO in a captured tree must not hang
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, _MAX_READ)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return data.decode("utf-8", "replace").rstrip("\x00 \t\r\n")
-
-
-def read_count(path: Path) -> int | None:
-    text = read_text(path)
-    if text is None or not text.isdigit():
-        return None
-    return int(text)
-
-
-def dev_numbers(path: Path) -> tuple[int, int] | None:
-    text = read_text(path)
-    m = _DEV.match(text or "")
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def device_memory(fn_dir: Path) -> int | None:
@@ -110,32 +82,6 @@ def nvidia_information(root: Path, address: str) -> dict[str, str]:
     return out
 
 
-def char_majors(root: Path) -> dict[str, int]:
-    """Character-device majors by driver name from `proc/devices`."""
-    text = read_text(root / "proc/devices") or ""
-    out: dict[str, int] = {}
-    in_char = False
-    for line in text.splitlines():
-        if line.startswith("Character devices"):
-            in_char = True
-            continue
-        if line.startswith("Block devices"):
-            break
-        parts = line.split()
-        if in_char and len(parts) == 2 and parts[0].isdigit():
-            out.setdefault(parts[1], int(parts[0]))
-    return out
-
-
-def _devname(class_dir: Path, name: str) -> str:
-    """/dev path of a class device: the kernel's DEVNAME from its uevent, else /dev/<name>."""
-    for line in (read_text(class_dir / "uevent") or "").splitlines():
-        key, _, value = line.partition("=")
-        if key == "DEVNAME" and value and ".." not in value.split("/"):
-            return "/dev/" + value.lstrip("/")
-    return f"/dev/{name}"
-
-
 def scan_nodes(
     fn_dir: Path, address: str, classes: tuple[tuple[str, re.Pattern[str], str], ...]
 ) -> tuple[DeviceNode, ...]:
@@ -150,11 +96,10 @@ def scan_nodes(
             class_dir = fn_dir / sub / name
             numbers = dev_numbers(class_dir / "dev")
             major, minor = numbers if numbers else (None, None)
+            kind_here = kind
             if kind == "drm":
                 kind_here = "drm-render" if name.startswith("render") else "drm-card"
-                nodes.append(DeviceNode(kind_here, name, _devname(class_dir, name), major, minor, address))
-                continue
-            nodes.append(DeviceNode(kind, name, _devname(class_dir, name), major, minor, address))
+            nodes.append(DeviceNode(kind_here, name, devname(class_dir, name), major, minor, address))
     return tuple(nodes)
 
 

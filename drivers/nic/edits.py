@@ -10,6 +10,7 @@ from pathlib import Path
 from topodra.common.cdi.edits import ContainerEdits, DeviceNode, Hook, NetDevice
 from topodra.common.runtime.config import ConfigError, describe_claim
 from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, PrepareError
+from topodra.common.topology.hostfiles import dev_numbers
 from topodra.drivers.nic import config, hookfiles
 from topodra.drivers.nic.attach import Attachment
 from topodra.drivers.nic.devices import Nic
@@ -94,12 +95,8 @@ def device_edits(att: Attachment, nic: Nic, state_dir: Path, hook_dir: Path) -> 
 
 
 def _misc_node(sysfs_root: str, name: str, path: str) -> DeviceNode | None:
-    try:
-        with open(os.path.join(sysfs_root, "sys/class/misc", name, "dev")) as f:
-            major, _, minor = f.read().strip().partition(":")
-        return DeviceNode(path, type="c", major=int(major), minor=int(minor))
-    except (OSError, ValueError):
-        return None
+    numbers = dev_numbers(Path(sysfs_root, "sys/class/misc", name, "dev"))
+    return DeviceNode(path, type="c", major=numbers[0], minor=numbers[1]) if numbers else None
 
 
 def claim_nodes(sysfs_root: str, rdma: bool, vfio: bool) -> tuple[DeviceNode, ...]:

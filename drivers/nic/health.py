@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 from topodra.common.hostnet import iplink
 from topodra.common.runtime.driver import DeviceHealth, Health
+from topodra.common.topology.hostfiles import read_text
 from topodra.drivers.nic.attach import Attachment
 from topodra.drivers.nic.devices import Nic, link_is_down
 
@@ -25,19 +27,11 @@ def _down(where: str, why: str) -> DeviceHealth:
 
 def live_link(sysfs_root: str, ifname: str) -> tuple[str | None, bool | None, bool | None]:
     """operstate, carrier and admin-up read now (the last scan may be seconds old)."""
-    base = os.path.join(sysfs_root, "sys/class/net", ifname)
-
-    def read(f: str) -> str | None:
-        try:
-            with open(os.path.join(base, f)) as fh:
-                return fh.read().strip()
-        except OSError:
-            return None
-
-    oper = read("operstate")
-    carrier_text = read("carrier")
+    base = Path(sysfs_root, "sys/class/net", ifname)
+    oper = read_text(base / "operstate")
+    carrier_text = read_text(base / "carrier")
     carrier = None if carrier_text not in ("0", "1") else carrier_text == "1"
-    flags = read("flags")
+    flags = read_text(base / "flags")
     try:
         admin_up = None if flags is None else bool(int(flags, 16) & 0x1)  # IFF_UP
     except ValueError:

@@ -114,8 +114,8 @@ def test_nodes_under_slash_carry_no_host_path(tree: Callable[[str], Path]) -> No
     root = tree("gpu-box")
     d = driver_for(root, None)
     acc = d.accelerators()[GPU0]
-    from topodra.drivers.accelerator import hostnodes
-    from topodra.drivers.accelerator.devices import Node
+    from topodra.common.cdi import hostnodes
+    from topodra.common.cdi.hostnodes import Node
 
     null = hostnodes.resolve(Node("/dev/null", 1, 3), Path("/"))
     assert null is not None and null.host_path is None and (null.major, null.minor) == (1, 3)

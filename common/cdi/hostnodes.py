@@ -9,16 +9,28 @@ Host paths are `<dev root>/<path>`: `/` on a real node; a test or a synthetic ma
 the dev root at a folder whose nodes are harmless real character devices (with the numbers
 sysfs gives when no driver on the host owns them, or stand-ins such as 1:3 with
 `--accelerator-node-check exists`).
+
+The accelerator driver checks its nodes here; nothing in it is specific to accelerators.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from topodra.common.cdi.edits import DeviceNode
-from topodra.drivers.accelerator.devices import Node
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A character device the container gets: `path` in the container and under the dev root."""
+
+    path: str  # e.g. /dev/dri/renderD128
+    major: int | None  # what sysfs/procfs say; None: not known, any char device is taken
+    minor: int | None
+    optional: bool = False  # left out (with a log line) when the host has no such node
 
 
 class NodeError(Exception):
