@@ -26,7 +26,6 @@ from topodra.drivers.cpu.pinning import HOOK_NAME
 from topodra.drivers.cpu.policy import fmt
 from topodra.proto.nri.v1alpha1 import api_pb2 as api
 
-LIVE_STATES = (api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED)
 MAX_CDI_DEVICES = 1024  # per container; more is not a kubelet's doing
 UID_LEN = 36
 
@@ -160,16 +159,6 @@ def linux_cpu(a: Assignment) -> api.LinuxResources:
     if a.mems:
         cpu.mems = a.mems_text()
     return api.LinuxResources(cpu=cpu)
-
-
-def update(container_id: str, a: Assignment) -> api.ContainerUpdate:
-    return api.ContainerUpdate(
-        container_id=container_id, linux=api.LinuxContainerUpdate(resources=linux_cpu(a))
-    )
-
-
-def adjustment(a: Assignment) -> api.ContainerAdjustment:
-    return api.ContainerAdjustment(linux=api.LinuxContainerAdjustment(resources=linux_cpu(a)))
 
 
 def current_cpus(container: api.Container) -> frozenset[int] | None:
