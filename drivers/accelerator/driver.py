@@ -43,7 +43,6 @@ from topodra.drivers.accelerator import health, probe, selection
 from topodra.drivers.accelerator.devices import DRIVER, Accelerator, build_accelerators
 from topodra.drivers.accelerator.options import AcceleratorOptions
 
-TAINT_KEY = f"{DRIVER}/unhealthy"
 ENV = "TOPODRA_ACCELERATORS"
 SUBSYSTEMS = ("pci", "drm", "accel", "vfio")
 _LISTINGS = ("sys/class/drm", "sys/class/accel", "sys/class/vfio")
@@ -86,7 +85,6 @@ class AcceleratorDriver:
             links=((health.BUS, "driver"),),
             interval=self.options.rescan_interval,
             taint_unhealthy=self.options.taint_unhealthy,
-            taint_key=TAINT_KEY,
         )
 
     # --- the host view ----------------------------------------------------------------------------

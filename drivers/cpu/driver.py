@@ -23,6 +23,7 @@ from topodra.common import logs
 from topodra.common.cdi.edits import ContainerEdits
 from topodra.common.publisher import quantity
 from topodra.common.runtime.claims import cdi_kind
+from topodra.common.runtime.config import describe_claim
 from topodra.common.runtime.driver import (
     AllocatedDevice,
     ClaimRef,
@@ -54,10 +55,6 @@ CORE_ADVICE = (
 )
 HOOK_ONLY_NOTE = f"no NRI connection: {exclusive.HOOK_ONLY_WARNING}"
 PREPARE_WAIT = 10.0  # seconds a prepare waits for the runtime to move other containers off its CPUs
-
-
-def _label(claim: ClaimRef) -> str:
-    return f"claim {claim.namespace}/{claim.name}"
 
 
 class CpuDriver:
@@ -118,10 +115,10 @@ class CpuDriver:
             try:
                 self._holdings.set_claim(claim.uid, plan)
             except Conflict as e:  # the plan avoided held CPUs, so this is a bug or a bad restore
-                raise PrepareError(f"{_label(claim)}: {e}") from e
+                raise PrepareError(f"{describe_claim(claim)}: {e}") from e
         if plan and self.exclusive is not None and not self.exclusive.changed(PREPARE_WAIT):
             self._log.warning(
-                f"{_label(claim)}: the runtime has not moved every other container off CPUs "
+                f"{describe_claim(claim)}: the runtime has not moved every other container off CPUs "
                 f"{policy.fmt(c for h in plan for c in h.cpus)} within {PREPARE_WAIT:g} s; "
                 "it keeps trying",
                 **logs.claim(claim),
@@ -133,7 +130,7 @@ class CpuDriver:
             edits = pinning.device_edits(claim.uid, h.device, h.share_id, h.cpus, h.mems, hook)
             prepared.append(PreparedDevice(h.request, h.pool, h.device, edits, h.share_id))
             self._log.info(
-                f"{_label(claim)}: device {h.device} gets CPUs {policy.fmt(h.cpus)}",
+                f"{describe_claim(claim)}: device {h.device} gets CPUs {policy.fmt(h.cpus)}",
                 **logs.claim(claim),
                 device=h.device,
                 cpus=policy.fmt(h.cpus),
@@ -159,7 +156,7 @@ class CpuDriver:
             self.exclusive.changed(0)  # the pool grows back; nothing to wait for
         for h in gone:
             self._log.info(
-                f"{_label(claim)}: released CPUs {policy.fmt(h.cpus)} of device {h.device}",
+                f"{describe_claim(claim)}: released CPUs {policy.fmt(h.cpus)} of device {h.device}",
                 **logs.claim(claim),
                 device=h.device,
             )
@@ -172,7 +169,7 @@ class CpuDriver:
                     held = from_state(claim.uid, prepared[claim].state)
                 except StateError as e:
                     self._log.error(
-                        f"{_label(claim)}: checkpoint state unusable, its CPUs are not tracked: {e}",
+                        f"{describe_claim(claim)}: checkpoint state unusable, its CPUs are not tracked: {e}",
                         **logs.claim(claim),
                     )
                     continue
@@ -180,14 +177,14 @@ class CpuDriver:
                     self._holdings.set_claim(claim.uid, held)
                 except Conflict as e:
                     self._log.error(
-                        f"{_label(claim)}: checkpoint gives it CPUs of another claim: {e}",
+                        f"{describe_claim(claim)}: checkpoint gives it CPUs of another claim: {e}",
                         **logs.claim(claim),
                     )
                     continue
                 for h in held:
                     if h.device not in self.groups or not set(h.cpus) <= set(self.groups[h.device].cpus):
                         self._log.warning(
-                            f"{_label(claim)}: holds CPUs {policy.fmt(h.cpus)} of device {h.device}, "
+                            f"{describe_claim(claim)}: holds CPUs {policy.fmt(h.cpus)} of device {h.device}, "
                             "which no longer has them all (CPUs offline or options changed); they stay held",
                             **logs.claim(claim),
                             device=h.device,
@@ -275,7 +272,7 @@ class CpuDriver:
             return path
         if self.exclusive is not None and self.exclusive.active:
             return None
-        raise PrepareError(f"{_label(claim)}: {problem}")
+        raise PrepareError(f"{describe_claim(claim)}: {problem}")
 
     def _count(self, claim: ClaimRef, a: AllocatedDevice, g: layout.CpuGroup) -> int:
         if not g.multi:
@@ -285,21 +282,18 @@ class CpuDriver:
             # Without DRAConsumableCapacity the scheduler allocates the device as a whole.
             self._advise()
             return len(g.cpus)
+        where = f"{describe_claim(claim)}: request {a.request!r}"
         try:
             value: Fraction = quantity.parse(raw)
         except quantity.QuantityError as e:
-            raise PrepareError(
-                f"{_label(claim)}: request {a.request!r}: consumedCapacity {layout.CAPACITY} {raw!r}: {e}"
-            ) from e
+            raise PrepareError(f"{where}: consumedCapacity {layout.CAPACITY} {raw!r}: {e}") from e
         if value.denominator != 1 or value < 1:
             raise PrepareError(
-                f"{_label(claim)}: request {a.request!r}: consumedCapacity {layout.CAPACITY} is {raw!r}, "
-                "not a whole number of CPUs"
+                f"{where}: consumedCapacity {layout.CAPACITY} is {raw!r}, not a whole number of CPUs"
             )
         if value > len(g.cpus):
             raise PrepareError(
-                f"{_label(claim)}: request {a.request!r}: consumedCapacity {raw} exceeds the "
-                f"{len(g.cpus)} CPUs of device {g.name}"
+                f"{where}: consumedCapacity {raw} exceeds the {len(g.cpus)} CPUs of device {g.name}"
             )
         return int(value)
 
@@ -322,9 +316,9 @@ class CpuDriver:
                 g = self.groups.get(a.device)
                 if g is None:
                     raise PrepareError(
-                        f"{_label(claim)}: device {a.device!r} is not a CPU device of this node"
+                        f"{describe_claim(claim)}: device {a.device!r} is not a CPU device of this node"
                     )
-                where = f"{_label(claim)}: request {request!r}, device {g.name}"
+                where = f"{describe_claim(claim)}: request {request!r}, device {g.name}"
                 again = earlier.get((a.request, a.pool, a.device, a.share_id))
                 if again is not None and not taken.intersection(again.cpus):
                     plan.append(again)  # prepared before: same answer, nothing redone
@@ -349,7 +343,7 @@ class CpuDriver:
                 plan.append(Holding(claim.uid, a.request, a.pool, a.device, a.share_id, chosen, mems))
             if cfg.cpus is not None and len(allocated) > 1 and named != cfg.cpus:
                 raise PrepareError(
-                    f"{_label(claim)}: request {request!r} ({cfg.cpus_source}): CPUs "
+                    f"{describe_claim(claim)}: request {request!r} ({cfg.cpus_source}): CPUs "
                     f"{policy.fmt(cfg.cpus - named)} are in none of the allocated devices"
                 )
         return plan

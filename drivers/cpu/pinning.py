@@ -16,12 +16,12 @@ union so far, so the last one leaves the container on all of them.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
 from topodra.common.cdi.edits import ContainerEdits, Hook
+from topodra.common.runtime.claims.spec import env_token
 from topodra.common.topology.model import Topology
 from topodra.drivers.cpu.policy import fmt
 
@@ -31,18 +31,13 @@ CPUS_PREFIX = "TOPODRA_CPUS_"
 MEMS_PREFIX = "TOPODRA_MEMS_"
 
 
-def token(value: str) -> str:
-    """An env-name-safe form: upper case, anything else than A-Z0-9 becomes '_'."""
-    return re.sub(r"[^A-Z0-9]", "_", value.upper())
-
-
 def suffix(claim_uid: str, device: str, share_id: str | None) -> str:
-    out = f"{token(claim_uid)}_{token(device)}"
-    return f"{out}_{token(share_id)}" if share_id else out
+    out = f"{env_token(claim_uid)}_{env_token(device)}"
+    return f"{out}_{env_token(share_id)}" if share_id else out
 
 
 def claim_env(claim_uid: str, cpus: Iterable[int]) -> str:
-    return f"{CPUS_PREFIX}{token(claim_uid)}={fmt(cpus)}"
+    return f"{CPUS_PREFIX}{env_token(claim_uid)}={fmt(cpus)}"
 
 
 def memory_nodes(topo: Topology, cpus: Iterable[int]) -> tuple[int, ...] | None:

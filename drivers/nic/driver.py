@@ -46,7 +46,6 @@ from topodra.drivers.nic.devices import DRIVER, Nic, Selection, build_nics
 from topodra.drivers.nic.pods import Held, PodWatch, prepared_entry
 
 MODES = ("hook", "cdi")
-TAINT_KEY = f"{DRIVER}/unhealthy"
 SUBSYSTEMS = ("pci", "net", "infiniband")
 _LINK_FILES = ("operstate", "carrier", "speed", "mtu", "address")  # attributes a scan reads
 _log = logs.get("topodra.nic")
@@ -103,7 +102,6 @@ class NicDriver:
             files=(("sys/class/net", _LINK_FILES),),
             interval=self.options.rescan_interval,
             taint_unhealthy=self.options.taint_unhealthy,
-            taint_key=TAINT_KEY,
         )
 
     def bind_inventory(self, inventory: InventoryHandle) -> None:
@@ -167,70 +165,69 @@ class NicDriver:
         with self._lock:
             config.validate_all(claim, configs)
             nics = self._look()
-            atts: list[Attachment] = []
-            prepared: list[PreparedDevice] = []
-            uses_rdma = uses_vfio = False
-            for r in results:
-                nic = nics.get(r.device)
-                held = self._held.get(r.device)
-                if held is not None and held.claim.uid != claim.uid and not r.admin_access:
-                    raise PrepareError(
-                        f"{describe_claim(claim)}: device {r.device} is held by claim "
-                        f"{held.claim.namespace}/{held.claim.name}"
-                    )
-                if nic is None:
-                    raise PrepareError(f"{describe_claim(claim)}: device {r.device} is not on this node")
-                cfg = config.for_request(claim, configs, r.request)
-                att = edits.attachment(claim, r, nic, cfg, self.options.netdev_mode, self.options.state_dir)
-                atts.append(att)
-                prepared.append(
-                    PreparedDevice(
-                        r.request,
-                        r.pool,
-                        r.device,
-                        edits.device_edits(att, nic, self.options.state_dir, self.options.hook_dir),
-                        r.share_id,
-                    )
-                )
-                uses_rdma |= bool(nic.rdma_device) and any(
-                    c.path.startswith("/dev/infiniband/") for c in nic.char_devices
-                )
-                uses_vfio |= any(c.path.startswith("/dev/vfio/") for c in nic.char_devices)
+            atts = [self._attachment(claim, r, nics, configs) for r in results]
             dup = config.duplicate_names_error(
                 claim, [(a.device, a.container_name) for a in atts if a.mode != "none"]
             )
             if dup is not None:
                 raise dup
-            if any(a.mode == "hook" for a in atts) or any(a.mode == "cdi" for a in atts):
+            if any(a.mode != "none" for a in atts):
                 self._ensure_hook()
                 (self.options.state_dir / "netns").mkdir(mode=0o700, parents=True, exist_ok=True)
-            for att in atts:
-                if att.mode != "none":
-                    self._held[att.device] = Held(claim, att, nics[att.device].device)
-                    self._pods.forget(att.device)
-            claim_edits = ContainerEdits(
-                device_nodes=edits.claim_nodes(self.options.sysfs_root, uses_rdma, uses_vfio)
-            )
-            for att in atts:
-                self._log.info(
-                    f"prepared {att.device} for {describe_claim(claim)}: "
-                    f"{att.host_name} -> {att.container_name} ({att.mode})",
-                    **logs.claim(claim),
-                    device=att.device,
-                    interface=att.host_name,
-                    pod_interface=att.container_name,
-                    mode=att.mode,
-                )
+            chosen = [nics[a.device] for a in atts]
+            for att, nic in zip(atts, chosen, strict=True):
+                self._hand_out(claim, att, nic)
             if self._status is not None:
                 self._status.set_devices(claim, [prepared_entry(a) for a in atts])
+            o = self.options
             return Preparation(
-                devices=tuple(prepared),
-                claim_edits=claim_edits,
+                devices=tuple(
+                    PreparedDevice(
+                        a.request,
+                        a.pool,
+                        a.device,
+                        edits.device_edits(a, n, o.state_dir, o.hook_dir),
+                        a.share_id,
+                    )
+                    for a, n in zip(atts, chosen, strict=True)
+                ),
+                claim_edits=ContainerEdits(device_nodes=edits.claim_nodes(o.sysfs_root, chosen)),
                 state={
                     "attachments": [a.to_json() for a in atts],
-                    "devices": {a.device: nics[a.device].device.to_api() for a in atts},
+                    "devices": {a.device: n.device.to_api() for a, n in zip(atts, chosen, strict=True)},
                 },
             )
+
+    def _attachment(
+        self, claim: ClaimRef, r: AllocatedDevice, nics: Mapping[str, Nic], configs: Sequence[OpaqueConfig]
+    ) -> Attachment:
+        """Where one allocated NIC must go; refuses one that another claim holds or that is gone."""
+        held = self._held.get(r.device)
+        if held is not None and held.claim.uid != claim.uid and not r.admin_access:
+            raise PrepareError(
+                f"{describe_claim(claim)}: device {r.device} is held by claim "
+                f"{held.claim.namespace}/{held.claim.name}"
+            )
+        nic = nics.get(r.device)
+        if nic is None:
+            raise PrepareError(f"{describe_claim(claim)}: device {r.device} is not on this node")
+        cfg = config.for_request(claim, configs, r.request)
+        return edits.attachment(claim, r, nic, cfg, self.options.netdev_mode, self.options.state_dir)
+
+    def _hand_out(self, claim: ClaimRef, att: Attachment, nic: Nic) -> None:
+        """Record the NIC as held, unless nothing moves (admin access), and log where it goes."""
+        if att.mode != "none":
+            self._held[att.device] = Held(claim, att, nic.device)
+            self._pods.forget(att.device)
+        self._log.info(
+            f"prepared {att.device} for {describe_claim(claim)}: "
+            f"{att.host_name} -> {att.container_name} ({att.mode})",
+            **logs.claim(claim),
+            device=att.device,
+            interface=att.host_name,
+            pod_interface=att.container_name,
+            mode=att.mode,
+        )
 
     def _ensure_hook(self) -> None:
         if self._hook_installed or not self.options.install_hook:

@@ -4,10 +4,11 @@ put it there at container creation (our createRuntime hook, or the runtime's own
 from __future__ import annotations
 
 import os
-import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from topodra.common.cdi.edits import ContainerEdits, DeviceNode, Hook, NetDevice
+from topodra.common.runtime.claims.spec import env_token
 from topodra.common.runtime.config import ConfigError, describe_claim
 from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, PrepareError
 from topodra.common.topology.hostfiles import dev_numbers
@@ -16,10 +17,6 @@ from topodra.drivers.nic.attach import Attachment
 from topodra.drivers.nic.devices import Nic
 
 HOOK_TIMEOUT = 30
-
-
-def env_token(name: str) -> str:
-    return re.sub(r"[^A-Z0-9]", "_", name.upper())
 
 
 def attachment(
@@ -99,8 +96,12 @@ def _misc_node(sysfs_root: str, name: str, path: str) -> DeviceNode | None:
     return DeviceNode(path, type="c", major=numbers[0], minor=numbers[1]) if numbers else None
 
 
-def claim_nodes(sysfs_root: str, rdma: bool, vfio: bool) -> tuple[DeviceNode, ...]:
+def claim_nodes(sysfs_root: str, nics: Sequence[Nic]) -> tuple[DeviceNode, ...]:
     """The shared nodes a claim needs once: rdma_cm for RDMA, the VFIO container for VFIO."""
+    rdma = any(
+        n.rdma_device and any(c.path.startswith("/dev/infiniband/") for c in n.char_devices) for n in nics
+    )
+    vfio = any(c.path.startswith("/dev/vfio/") for n in nics for c in n.char_devices)
     nodes = []
     if rdma and (n := _misc_node(sysfs_root, "rdma_cm", "/dev/infiniband/rdma_cm")) is not None:
         nodes.append(n)

@@ -26,12 +26,14 @@ from topodra.common.runtime.driver import (
     PrepareError,
 )
 from topodra.drivers.accelerator.devices import DRIVER
-from topodra.drivers.accelerator.driver import ENV, TAINT_KEY, AcceleratorDriver
+from topodra.drivers.accelerator.driver import ENV, AcceleratorDriver
 from topodra.drivers.accelerator.options import AcceleratorOptions
 
 from tests.drivers.accelerator.conftest import add_vfio_groups, fn_dir, make_node
 from tests.kit.claims import claim_ref as claim
 from tests.kit.inventory import health, no_uevents, published_list, wait_for
+
+TAINT_KEY = f"{DRIVER}/unhealthy"  # the inventory's default for a driver's taints
 
 NODE = "node-a"
 GPU0, GPU1 = "pci-0000-01-00-0", "pci-0000-06-00-0"  # gpu-box: MI210s on their own roots

@@ -16,6 +16,7 @@ import pytest
 from topodra.common.cdi.spec import CdiWriter
 from topodra.common.runtime.checkpoint import Checkpoint
 from topodra.common.runtime.claims import ClaimManager, cdi_kind
+from topodra.common.runtime.claims.spec import env_token
 from topodra.common.runtime.driver import ClaimRef, Health, Preparation, PrepareError
 from topodra.common.topology import discover
 from topodra.drivers.cpu import devices as layout
@@ -94,7 +95,7 @@ def test_edits_pin_with_the_hook_and_name_the_claim(root: Path, tmp_path: Path) 
     assert hook.hook_name == "createRuntime" and hook.path == str(tmp_path / "hooks" / "cpuset.sh")
     assert hook.args == ("cpuset.sh", "8,24", "1") and hook.timeout
     claim_env = env_of(prep.claim_edits.env)
-    assert claim_env == {f"TOPODRA_CPUS_{pinning.token(claim.uid)}": "8,24"}
+    assert claim_env == {f"TOPODRA_CPUS_{env_token(claim.uid)}": "8,24"}
     assert prep.state["results"][0]["cpus"] == "8,24"
 
 
@@ -138,7 +139,7 @@ def test_several_results_of_one_claim(root: Path, tmp_path: Path) -> None:
         [],
     )
     assert cpus_of(prep) == [(0, 16), (8,)]
-    assert env_of(prep.claim_edits.env) == {f"TOPODRA_CPUS_{pinning.token(claim.uid)}": "0,8,16"}
+    assert env_of(prep.claim_edits.env) == {f"TOPODRA_CPUS_{env_token(claim.uid)}": "0,8,16"}
 
 
 def test_same_device_twice_in_one_claim(root: Path, tmp_path: Path) -> None:

@@ -25,12 +25,14 @@ from topodra.common.runtime.claims import ClaimManager, cdi_kind
 from topodra.common.runtime.config import ConfigError
 from topodra.common.runtime.driver import AllocatedDevice, Health, OpaqueConfig, PrepareError
 from topodra.drivers.nic.devices import DRIVER, Selection
-from topodra.drivers.nic.driver import TAINT_KEY, NicDriver, NicOptions
+from topodra.drivers.nic.driver import NicDriver, NicOptions
 
 from tests.drivers.nic.conftest import SynthTree, host_link, process_in
 from tests.kit.claims import claim_ref as claim
 from tests.kit.inventory import health, published_list
 from tests.unit.runtime_claims.claimkit import MemoryClaimStore, Result, claim_object, new_uid
+
+TAINT_KEY = f"{DRIVER}/unhealthy"  # the inventory's default for a driver's taints
 
 NODE = "node-a"
 ENO2 = "pci-0000-02-00-1"  # 1s-4acc: eno2 on 0000:02:00.1 (eno1 is the uplink)
