@@ -203,7 +203,26 @@ class SpecDevice:
     edits: ContainerEdits
 
 
-def _edits_version(e: ContainerEdits) -> str:
+_RANK = {v: i for i, v in enumerate(_VERSIONS)}
+
+
+def newest(versions: Iterable[str]) -> str:
+    """The highest of `versions` (cdiVersion strings)."""
+    return max(versions, key=_RANK.__getitem__)
+
+
+def kind_version(kind: str) -> str:
+    """What the kind alone needs: a dot in the class name needs 0.6.0."""
+    return "0.6.0" if "." in kind.partition("/")[2] else "0.3.0"
+
+
+def name_version(name: str) -> str:
+    """What a device name alone needs: a name starting with a digit needs 0.5.0."""
+    return "0.5.0" if name[:1].isdigit() else "0.3.0"
+
+
+def edits_version(e: ContainerEdits) -> str:
+    """What the fields used in `e` need."""
     if e.net_devices:
         return "1.1.0"
     if e.additional_gids:
@@ -217,12 +236,14 @@ def _edits_version(e: ContainerEdits) -> str:
 
 def minimum_version(kind: str, devices: Sequence[SpecDevice], spec_edits: ContainerEdits) -> str:
     """The lowest cdiVersion whose schema covers every field used (docs/design/cdi.md)."""
-    needed = [_edits_version(spec_edits), *(_edits_version(d.edits) for d in devices)]
-    if any(d.name[:1].isdigit() for d in devices):
-        needed.append("0.5.0")
-    if "." in kind.partition("/")[2]:
-        needed.append("0.6.0")
-    return max(needed, key=_VERSIONS.index)
+    return newest(
+        (
+            kind_version(kind),
+            edits_version(spec_edits),
+            *(edits_version(d.edits) for d in devices),
+            *(name_version(d.name) for d in devices),
+        )
+    )
 
 
 def build_spec(kind: str, devices: Sequence[SpecDevice], spec_edits: ContainerEdits) -> dict[str, Any]:
@@ -319,6 +340,10 @@ def atomic_write(
         fsync_dir(folder or ".")
 
 
+# what `json.dumps(spec, sort_keys=True)` gives; the encoder keeps no state between calls
+_encode_spec = json.JSONEncoder(sort_keys=True).encode
+
+
 class CdiWriter:
     """Writes, lists and removes this driver's per-claim spec files in one CDI folder.
 
@@ -359,18 +384,24 @@ class CdiWriter:
         return os.path.join(self._folder, self.file_name(spec_id))
 
     def write(self, spec_id: str, spec: Mapping[str, Any]) -> Path:
+        """`put`, answering with the file's path."""
+        self.put(spec_id, spec)
+        return self.path(spec_id)
+
+    def put(self, spec_id: str, spec: Mapping[str, Any]) -> None:
         """One line of JSON, sorted keys: json's C encoder makes it (`indent=` would switch to the
-        pure-Python encoder, which cost more than the rest of the write; two writes per claim)."""
+        pure-Python encoder, which cost more than the rest of the write; two writes per claim),
+        through one encoder made once (`json.dumps` builds a new one per call). No Path made:
+        the claim core calls this twice per prepare."""
         if spec.get("kind") != self.kind:
             raise SpecError(f"spec kind {spec.get('kind')!r} is not this writer's {self.kind!r}")
         path = self._file(spec_id)
-        data = json.dumps(spec, sort_keys=True).encode() + b"\n"
+        data = _encode_spec(spec).encode() + b"\n"
         try:
             atomic_write(path, data, durable=False)
         except FileNotFoundError:  # the folder is made on the first write (and after a removal)
             self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
             atomic_write(path, data, durable=False)
-        return Path(path)
 
     def read(self, spec_id: str) -> dict[str, Any] | None:
         try:

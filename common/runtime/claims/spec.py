@@ -26,8 +26,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from topodra.common.cdi.edits import ContainerEdits
-from topodra.common.cdi.spec import SpecDevice, build_spec, edits_from_cdi
+from topodra.common.cdi.spec import (
+    SpecError,
+    edits_from_cdi,
+    edits_to_cdi,
+    edits_version,
+    kind_version,
+    name_version,
+    newest,
+    validate_device_name,
+    validate_edits,
+    validate_vendor_or_class,
+)
 from topodra.common.runtime.checkpoint import (
     ClaimRecord,
     Phase,
@@ -57,26 +67,17 @@ def device_name(claim: ClaimRef, a: AllocatedDevice) -> str:
     return f"{claim.uid}-{a.device}" + (f"-{a.share_id}" if a.share_id else "")
 
 
-def _marker(driver_name: str, claim: ClaimRef, device: str) -> str:
-    return f"TOPODRA_{driver_token(driver_name)}_DEVICE_{env_token(device)}={claim.uid}"
+# the canonical JSON of the record (sorted keys, no spaces); the encoder keeps no state between calls
+_encode = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
 
-def _record_env(
-    driver_name: str,
-    phase: Phase,
-    claim: ClaimRef,
-    allocated: Sequence[AllocatedDevice],
-    state: Mapping[str, Any],
-) -> str:
-    doc = {
-        "phase": phase.value,
-        "namespace": claim.namespace,
-        "name": claim.name,
-        "uid": claim.uid,
-        "allocated": [allocated_to_json(a) for a in allocated],
-        "state": dict(state),
-    }
-    return f"{record_variable(driver_name)}={json.dumps(doc, sort_keys=True, separators=(',', ':'))}"
+def copy_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The driver's state as a restart reads it back (JSON data, its own copy): what the record
+    keeps, and must never change once checkpointed (the checkpoint caches each record's encoding).
+    Raises TypeError or ValueError for what is not JSON data."""
+    raw = dict(state)
+    copied: dict[str, Any] = json.loads(_encode(raw)) if raw else {}
+    return copied
 
 
 def results(kind: str, claim: ClaimRef, allocated: Sequence[AllocatedDevice]) -> tuple[ResultDevice, ...]:
@@ -93,46 +94,113 @@ def results(kind: str, claim: ClaimRef, allocated: Sequence[AllocatedDevice]) ->
     )
 
 
-def provisional(
-    kind: str, driver_name: str, claim: ClaimRef, allocated: Sequence[AllocatedDevice]
-) -> dict[str, Any]:
-    """The spec written before the driver acts: a valid spec naming the claim's devices, whose
-    CDI ids nobody knows yet (the kubelet learns them from the answer, after the final spec)."""
-    devices: dict[str, SpecDevice] = {}
-    for a in allocated:
-        name = device_name(claim, a)
-        devices.setdefault(
-            name, SpecDevice(name, ContainerEdits(env=(_marker(driver_name, claim, a.device),)))
-        )
-    edits = ContainerEdits(env=(_record_env(driver_name, Phase.STARTED, claim, allocated, {}),))
-    return build_spec(kind, list(devices.values()), edits)
+class ClaimSpecs:
+    """The two specs of each claim of one driver: the **provisional** one, written before the
+    driver acts (a valid spec naming the claim's devices, each with its marker, and the record in
+    phase started), and the **final** one once the driver answered (its edits, the markers, the
+    record in phase completed).
 
+    What is the same for every claim of the driver (the kind's checks and the cdiVersion it
+    needs, the variable names, each device's marker name) is made once here, not per spec. The
+    documents are those `build_spec` makes of the same devices and edits (a test compares them);
+    its checks are made here on what may be wrong: the driver's edits (a driver bug must fail
+    prepare, not container start) and each device name. The names the claim core writes itself
+    need no check per claim: the uid, device names and share ids they are made of passed the
+    claim's checks (check.py) before anything is written, and the variable names are letters,
+    digits and `_` by construction (`env_token`).
+    """
 
-def final(
-    kind: str, driver_name: str, claim: ClaimRef, allocated: Sequence[AllocatedDevice], prep: Preparation
-) -> tuple[dict[str, Any], tuple[ResultDevice, ...]]:
-    """The spec once the driver answered, and the answer for the kubelet."""
-    by_key = {(d.request, d.pool, d.device, d.share_id): d for d in prep.devices}
-    by_dev = {(d.pool, d.device, d.share_id): d for d in prep.devices}
-    wanted = {(a.pool, a.device, a.share_id) for a in allocated}
-    for d in prep.devices:
-        if (d.pool, d.device, d.share_id) not in wanted:
-            raise PrepareError(f"driver returned device {d.device!r} (pool {d.pool!r}) that is not allocated")
-    devices: dict[str, SpecDevice] = {}
-    for a in allocated:
-        name = device_name(claim, a)
-        if name in devices:
-            continue
-        prepared = by_key.get((a.request, a.pool, a.device, a.share_id)) or by_dev.get(
-            (a.pool, a.device, a.share_id)
+    def __init__(self, kind: str, driver_name: str) -> None:
+        vendor, sep, cls = kind.partition("/")
+        if not sep:
+            raise SpecError(f"CDI kind {kind!r} must be vendor/class")
+        validate_vendor_or_class(vendor, "vendor")
+        validate_vendor_or_class(cls, "class")
+        self.kind = kind
+        self.driver_name = driver_name
+        self._record = f"{record_variable(driver_name)}="
+        self._marker = f"TOPODRA_{driver_token(driver_name)}_DEVICE_"
+        self._floor = kind_version(kind)
+        self._markers: dict[str, str] = {}  # device name -> its marker variable name and "="
+
+    def _marker_of(self, device: str) -> str:
+        marker = self._markers.get(device)
+        if marker is None:
+            if len(self._markers) >= 4096:  # the devices claimed on this node; bounded anyway
+                self._markers.clear()
+            marker = self._markers[device] = f"{self._marker}{env_token(device)}="
+        return marker
+
+    def _record_env(
+        self, phase: Phase, claim: ClaimRef, allocated: Sequence[AllocatedDevice], state: Mapping[str, Any]
+    ) -> str:
+        """`<record variable>=<canonical JSON of the record>`, the keys written in sorted order."""
+        return (
+            f'{self._record}{{"allocated":{_encode([allocated_to_json(a) for a in allocated])},'
+            f'"name":{_encode(claim.name)},"namespace":{_encode(claim.namespace)},'
+            f'"phase":{_encode(phase.value)},"state":{_encode(state) if state else "{}"},'
+            f'"uid":{_encode(claim.uid)}}}'
         )
-        edits = prepared.edits if prepared is not None else ContainerEdits()
-        devices[name] = SpecDevice(
-            name, replace(edits, env=(*edits.env, _marker(driver_name, claim, a.device)))
-        )
-    record = _record_env(driver_name, Phase.COMPLETED, claim, allocated, prep.state)
-    claim_edits = replace(prep.claim_edits, env=(*prep.claim_edits.env, record))
-    return build_spec(kind, list(devices.values()), claim_edits), results(kind, claim, allocated)
+
+    def _document(
+        self, devices: dict[str, dict[str, Any]], claim_edits: dict[str, Any], version: str
+    ) -> dict[str, Any]:
+        for name in devices:
+            validate_device_name(name)
+        if not devices:
+            raise SpecError("a CDI spec needs at least one device")
+        return {
+            "cdiVersion": newest((version, *(name_version(name) for name in devices))),
+            "kind": self.kind,
+            "devices": [{"name": name, "containerEdits": edits} for name, edits in devices.items()],
+            "containerEdits": claim_edits,
+        }
+
+    def provisional(self, claim: ClaimRef, allocated: Sequence[AllocatedDevice]) -> dict[str, Any]:
+        """The spec written before the driver acts, whose CDI ids nobody knows yet (the kubelet
+        learns them from the answer, after the final spec)."""
+        devices: dict[str, dict[str, Any]] = {}
+        for a in allocated:
+            name = device_name(claim, a)
+            if name not in devices:
+                devices[name] = {"env": [f"{self._marker_of(a.device)}{claim.uid}"]}
+        record = self._record_env(Phase.STARTED, claim, allocated, {})
+        return self._document(devices, {"env": [record]}, self._floor)
+
+    def final(
+        self, claim: ClaimRef, allocated: Sequence[AllocatedDevice], prep: Preparation
+    ) -> tuple[dict[str, Any], tuple[ResultDevice, ...]]:
+        """The spec once the driver answered (`prep`, its state already a copy: `copy_state`),
+        and the answer for the kubelet."""
+        by_key = {(d.request, d.pool, d.device, d.share_id): d for d in prep.devices}
+        by_dev = {(d.pool, d.device, d.share_id): d for d in prep.devices}
+        wanted = {(a.pool, a.device, a.share_id) for a in allocated}
+        for d in prep.devices:
+            if (d.pool, d.device, d.share_id) not in wanted:
+                raise PrepareError(
+                    f"driver returned device {d.device!r} (pool {d.pool!r}) that is not allocated"
+                )
+        versions = [self._floor]
+        devices: dict[str, dict[str, Any]] = {}
+        for a in allocated:
+            name = device_name(claim, a)
+            if name in devices:
+                continue
+            prepared = by_key.get((a.request, a.pool, a.device, a.share_id)) or by_dev.get(
+                (a.pool, a.device, a.share_id)
+            )
+            edits = edits_to_cdi(prepared.edits) if prepared is not None else {}
+            if prepared is not None:
+                validate_edits(prepared.edits, f"CDI device {name!r}")
+                versions.append(edits_version(prepared.edits))
+            edits["env"] = [*edits.get("env", ()), f"{self._marker_of(a.device)}{claim.uid}"]
+            devices[name] = edits
+        validate_edits(prep.claim_edits, "claim-wide CDI edits")
+        versions.append(edits_version(prep.claim_edits))
+        claim_edits = edits_to_cdi(prep.claim_edits)
+        record = self._record_env(Phase.COMPLETED, claim, allocated, prep.state)
+        claim_edits["env"] = [*claim_edits.get("env", ()), record]
+        return self._document(devices, claim_edits, newest(versions)), results(self.kind, claim, allocated)
 
 
 # --- reading a spec back ------------------------------------------------------------------------

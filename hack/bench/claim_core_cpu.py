@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""CPU the claim core spends per prepare + unprepare of one claim, in process. Prints figures.
+
+    python3 hack/bench/claim_core_cpu.py [--batch 64] [--rounds 30] [--runs 5] [--against REV]
+
+Each run is a fresh interpreter that makes a ClaimManager with hack/bench_claims.py's trivial
+driver (claims from memory, no GET cost; state in a temp folder, CDI specs in /dev/shm like
+/var/run/cdi), warms up, then times `time.process_time()` over `rounds` prepares and unprepares of
+`batch` claims per call (64 is what the kubelet's calls add up to under load, 1 a call at a time),
+and prints the CPU per claim pair. No gRPC, no API server: the claim core's own cost, including
+its system calls (the spec writes, the checkpoint writes and fsyncs).
+
+`--against REV` also runs the claim core of another commit (its `common/`, `drivers/` and `proto/`
+exported with `git archive`, imported in place of this tree's), alternating the two run by run,
+and prints the median of each and their ratio with the load average: on a shared machine only a
+ratio measured in the same run, interleaved, means anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+CHILD = """
+import sys, tempfile, time, uuid
+from pathlib import Path
+sys.path.insert(0, {hack!r})
+import bench_claims as b
+from topodra.common.runtime.claims import ClaimManager
+batch_size, rounds = {batch}, {rounds}
+cdi_parent = "/dev/shm" if Path("/dev/shm").is_dir() else None
+with tempfile.TemporaryDirectory(prefix="cc-") as tmp, \\
+        tempfile.TemporaryDirectory(prefix="cc-cdi-", dir=cdi_parent) as cdi:
+    src = b.MemorySource()
+    m = ClaimManager.create(b.BenchDriver(64), b.NODE, src, Path(tmp) / "state", Path(cdi))
+    m.start()
+    refs = [src.put(b.claim("bench", f"b{{i}}", str(uuid.uuid4()), f"dev-{{i}}")) for i in range(64)]
+    batches = [refs[i : i + batch_size] for i in range(0, 64, batch_size)]
+    def cycle():
+        for one in batches:
+            assert not any(o.error for o in m.prepare(one).values())
+            assert not any(m.unprepare(one).values())
+    for _ in range(3):
+        cycle()
+    t0 = time.process_time()
+    for _ in range(rounds):
+        cycle()
+    print((time.process_time() - t0) / rounds / 64 * 1000)
+"""
+
+
+def export(rev: str, into: Path) -> Path:
+    """A folder to put first on PYTHONPATH so that `topodra.*` is `rev`'s code."""
+    tree = into / "tree"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    shim = into / "shim" / "topodra"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("")
+    for part in ("common", "drivers", "proto"):
+        (shim / part).symlink_to(tree / part)
+    return shim.parent
+
+
+def run(path: Path | None, batch: int, rounds: int) -> float:
+    env = dict(os.environ)
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(path), env.get("PYTHONPATH"))))
+    code = CHILD.format(hack=str(REPO / "hack"), batch=batch, rounds=rounds)
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
+    return float(out.stdout.strip())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch", type=int, default=64, help="claims per prepare/unprepare call (divides 64)")
+    ap.add_argument("--rounds", type=int, default=30, help="timed rounds of 64 claims per run")
+    ap.add_argument("--runs", type=int, default=5, help="fresh processes per side")
+    ap.add_argument("--against", metavar="REV", help="also run this commit's claim core, interleaved")
+    args = ap.parse_args()
+    if 64 % args.batch:
+        ap.error("--batch must divide 64")
+    with tempfile.TemporaryDirectory(prefix="cc-rev-") as tmp:
+        sides: dict[str, Path | None] = {"this tree": None}
+        if args.against:
+            sides = {args.against: export(args.against, Path(tmp)), "this tree": None}
+        seen: dict[str, list[float]] = {name: [] for name in sides}
+        loads = []
+        for _ in range(args.runs):
+            for name, path in sides.items():
+                seen[name].append(run(path, args.batch, args.rounds))
+            loads.append(os.getloadavg()[0])
+    print(f"claim core CPU per prepare+unprepare, {args.batch} claims per call, {args.runs} runs per side")
+    for name, values in seen.items():
+        each = " ".join(f"{v:.3f}" for v in values)
+        print(f"  {name:>12}: median {statistics.median(values):.3f} ms  ({each})")
+    if args.against:
+        ratio = statistics.median(seen["this tree"]) / statistics.median(seen[args.against])
+        print(f"  this tree / {args.against}: {ratio:.2f}x")
+    print(f"  load average (1 min) during the runs: {min(loads):.2f}-{max(loads):.2f}")
+
+
+if __name__ == "__main__":
+    main()
