@@ -5,7 +5,7 @@
     loader     the official `kubernetes` client, loaded with only the parts a driver uses
                (`Connection`: its configuration and REST layer, no `ApiClient`)
     rest       one raw JSON call through the official client's REST layer; watch streams
-    keepalive  the claim GET on the prepare path, over kept-alive standard-library connections
+    keepalive  the claim GET on the prepare path: kept-alive connections, a bounded HTTP/1.1 reader
     claims     ResourceClaims: GET (quorum or watch cache), status update
     slices     ResourceSlices (and the Node they belong to): what the publisher needs
     reads      GET an object, LIST a collection page by page: what `check` and `explain` read

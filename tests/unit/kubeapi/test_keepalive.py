@@ -1,4 +1,5 @@
-"""topodra.common.kubeapi.keepalive: the claim GET over kept-alive standard-library connections.
+"""topodra.common.kubeapi.keepalive: the claim GET over kept-alive connections (malformed answers:
+test_keepalive_hostile.py).
 
 Transport behaviour (keep-alive, a connection the server closed, headers, errors) is checked
 against a small HTTP/1.1 server on loopback that records what it is sent; TLS, client
