@@ -51,11 +51,7 @@ class PluginOptions:
     node_name: str = ""
     pod_uid: str | None = None  # set: rolling-update socket names (two instances side by side)
     pool: str | None = None  # the ResourceSlice pool of our devices; default: the node name
-    # Every call in flight holds a worker while it waits for its batch (claims/queue.py), so the
-    # workers bound how many calls one batch can serve: with 16, 64 calls at once were served in
-    # batches of at most 15, each paying a checkpoint write. Threads start only when calls need
-    # them (~48 KiB each once started); health streams hold a worker each while open.
-    grpc_workers: int = 80
+    grpc_workers: int = 16  # health streams hold a worker each while open
     health_resend_interval: float = 10.0
     health_timeout_seconds: int = 30
     stop_grace: float = 5.0

@@ -9,17 +9,12 @@ from __future__ import annotations
 import os
 import socket
 import stat
-import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 import pytest
-from topodra.common.runtime.driver import ClaimRef
 from topodra.common.runtime.registration import SUPPORTED_VERSIONS
-from topodra.common.runtime.seams import ClaimOutcome, ResultDevice
 from topodra.common.runtime.sockets import SocketPathError
 from topodra.proto.dra.v1 import api_pb2 as dra_v1
 
@@ -117,36 +112,6 @@ def test_an_unprepare_costs_no_inventory_scan(make_plugin: PluginFactory, kubele
     while plugin.inventory.scans["request"] == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert plugin.inventory.scans["request"] == 1
-
-
-def test_64_calls_are_in_the_processor_at_once_while_a_health_stream_is_open(
-    make_plugin: PluginFactory, kubelet: KubeletClient
-) -> None:
-    """A node starting many pods sends that many calls at once. Each holds a gRPC worker while
-    it waits for its batch (claims/queue.py), so the calls one batch can serve are bounded by the
-    workers: all 64 must reach the processor together (here it lets none go before the 64th
-    arrives), next to the kubelet's health stream, which holds a worker as long as it is open."""
-    plugin, _, processor = make_plugin()
-    kubelet.register(plugin.registration_socket)
-    stream = kubelet.watch_health()
-    assert next(stream) is not None  # the stream holds its worker from here on
-    claims = [("ns", f"c{i}", f"uid-c{i}") for i in range(64)]
-    processor.allocations.update({u: (ResultDevice((), NODE, "gpu-0", ()),) for _, _, u in claims})
-    together = threading.Barrier(len(claims), timeout=20)
-    table = processor.prepare
-
-    def held(refs: Sequence[ClaimRef]) -> dict[str, ClaimOutcome]:
-        together.wait()  # broken (and raising) when fewer than 64 calls are inside at once
-        return table(refs)
-
-    processor.prepare = held  # type: ignore[method-assign]
-    try:
-        with ThreadPoolExecutor(len(claims)) as pool:
-            answers = list(pool.map(lambda c: kubelet.prepare([c]).claims[c[2]].error, claims))
-    finally:
-        stream.cancel()
-    assert answers == [""] * len(claims)
-    assert not together.broken
 
 
 def test_a_failing_processor_becomes_per_claim_errors_not_a_grpc_error(
