@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """CPU the claim core spends per prepare + unprepare of one claim, in process. Prints figures.
 
-    python3 hack/bench/claim_core_cpu.py [--batch 64] [--rounds 30] [--runs 5] [--against REV]
+    python3 hack/bench/claim_core_cpu.py [--batch 64] [--rounds 30] [--runs 5] [--hold 0]
+                                         [--against REV]
 
 Each run is a fresh interpreter that makes a ClaimManager with hack/bench_claims.py's trivial
 driver (claims from memory, no GET cost; state in a temp folder, CDI specs in /dev/shm like
 /var/run/cdi), warms up, then times `time.process_time()` over `rounds` prepares and unprepares of
 `batch` claims per call (64 is what the kubelet's calls add up to under load, 1 a call at a time),
-and prints the CPU per claim pair. No gRPC, no API server: the claim core's own cost, including
-its system calls (the spec writes, the checkpoint writes and fsyncs).
+with `hold` other claims prepared and kept meanwhile, and prints the CPU per claim pair. No gRPC,
+no API server: the claim core's own cost, including its system calls (the spec writes, the
+checkpoint writes and fsyncs).
 
 `--against REV` also runs the claim core of another commit (its `common/`, `drivers/` and `proto/`
 exported with `git archive`, imported in place of this tree's), alternating the two run by run,
@@ -34,15 +36,18 @@ from pathlib import Path
 sys.path.insert(0, {hack!r})
 import bench_claims as b
 from topodra.common.runtime.claims import ClaimManager
-batch_size, rounds = {batch}, {rounds}
+batch_size, rounds, hold = {batch}, {rounds}, {hold}
 cdi_parent = "/dev/shm" if Path("/dev/shm").is_dir() else None
 with tempfile.TemporaryDirectory(prefix="cc-") as tmp, \\
         tempfile.TemporaryDirectory(prefix="cc-cdi-", dir=cdi_parent) as cdi:
     src = b.MemorySource()
-    m = ClaimManager.create(b.BenchDriver(64), b.NODE, src, Path(tmp) / "state", Path(cdi))
+    m = ClaimManager.create(b.BenchDriver(64 + hold), b.NODE, src, Path(tmp) / "state", Path(cdi))
     m.start()
     refs = [src.put(b.claim("bench", f"b{{i}}", str(uuid.uuid4()), f"dev-{{i}}")) for i in range(64)]
     batches = [refs[i : i + batch_size] for i in range(0, 64, batch_size)]
+    kept = [src.put(b.claim("bench", f"h{{i}}", str(uuid.uuid4()), f"dev-{{64 + i}}")) for i in range(hold)]
+    for i in range(0, hold, 64):
+        assert not any(o.error for o in m.prepare(kept[i : i + 64]).values())
     def cycle():
         for one in batches:
             assert not any(o.error for o in m.prepare(one).values())
@@ -70,11 +75,11 @@ def export(rev: str, into: Path) -> Path:
     return shim.parent
 
 
-def run(path: Path | None, batch: int, rounds: int) -> float:
+def run(path: Path | None, batch: int, rounds: int, hold: int) -> float:
     env = dict(os.environ)
     if path is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(path), env.get("PYTHONPATH"))))
-    code = CHILD.format(hack=str(REPO / "hack"), batch=batch, rounds=rounds)
+    code = CHILD.format(hack=str(REPO / "hack"), batch=batch, rounds=rounds, hold=hold)
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
     return float(out.stdout.strip())
 
@@ -84,6 +89,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64, help="claims per prepare/unprepare call (divides 64)")
     ap.add_argument("--rounds", type=int, default=30, help="timed rounds of 64 claims per run")
     ap.add_argument("--runs", type=int, default=5, help="fresh processes per side")
+    ap.add_argument("--hold", type=int, default=0, help="claims prepared first and kept during the runs")
     ap.add_argument("--against", metavar="REV", help="also run this commit's claim core, interleaved")
     args = ap.parse_args()
     if 64 % args.batch:
@@ -96,9 +102,12 @@ def main() -> None:
         loads = []
         for _ in range(args.runs):
             for name, path in sides.items():
-                seen[name].append(run(path, args.batch, args.rounds))
+                seen[name].append(run(path, args.batch, args.rounds, args.hold))
             loads.append(os.getloadavg()[0])
-    print(f"claim core CPU per prepare+unprepare, {args.batch} claims per call, {args.runs} runs per side")
+    print(
+        f"claim core CPU per prepare+unprepare, {args.batch} claims per call, {args.hold} claims held, "
+        f"{args.runs} runs per side"
+    )
     for name, values in seen.items():
         each = " ".join(f"{v:.3f}" for v in values)
         print(f"  {name:>12}: median {statistics.median(values):.3f} ms  ({each})")

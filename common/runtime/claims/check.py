@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from topodra.common import logs
 from topodra.common.cdi.spec import SpecError
@@ -21,6 +21,14 @@ from topodra.common.runtime.names import is_dns_label, is_dns_subdomain, is_requ
 
 CONFIG_SOURCES = ("FromClass", "FromClaim")
 MAX_ERROR_CHARS = 1000  # a claim's error goes to the kubelet, pod events and our logs
+
+
+class Holders(Protocol):
+    """The records held, asked by device (held.py keeps them so)."""
+
+    def holding(self, pool: str, device: str) -> Iterable[ClaimRecord]:
+        """Every record with an allocated device `device` of `pool`, whatever its phase."""
+        ...
 
 
 class ClaimFailure(Exception):
@@ -66,7 +74,7 @@ def check_claim(
     node: str,
     pools: frozenset[str],
     here: Mapping[str, Device],
-    held: Iterable[ClaimRecord],
+    held: Holders,
 ) -> Checked:
     """Everything that can be decided without side effects: it is this claim, allocated, with
     devices of `driver` from this node's `pools` that exist `here` and no other claim in `held`
@@ -108,16 +116,18 @@ def check_conflicts(
     claim: ClaimRef,
     allocated: Sequence[AllocatedDevice],
     here: Mapping[str, Device],
-    held: Iterable[ClaimRecord],
+    held: Holders,
 ) -> None:
     """The driver is the last line of defence: no device (or shared device and share id) of
-    another claim, whatever that claim's phase."""
-    others = [r for r in held if r.claim.uid != claim.uid]
+    another claim, whatever that claim's phase. Asked per device (`held.holding`), not by walking
+    every claim held."""
     for a in allocated:
         if a.admin_access:
             continue  # admin access is meant to coexist with other users of the device
         shareable = here[a.device].allow_multiple_allocations
-        for other in others:
+        for other in held.holding(a.pool, a.device):
+            if other.claim.uid == claim.uid:
+                continue
             for b in other.allocated:
                 if b.admin_access or (b.pool, b.device) != (a.pool, a.device):
                     continue

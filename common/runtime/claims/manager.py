@@ -43,6 +43,7 @@ from topodra.common.runtime.claims.check import (
     driver_message,
     label,
 )
+from topodra.common.runtime.claims.held import Held
 from topodra.common.runtime.claims.queue import Call, CallQueue, stages
 from topodra.common.runtime.claims.reconcile import Judge, ReconcileReport
 from topodra.common.runtime.claims.recovery import adopt
@@ -122,7 +123,7 @@ class ClaimManager:
         self._lock = threading.Lock()
         self._calls = CallQueue()
         self._here: tuple[tuple[Device, ...], dict[str, Device]] | None = None
-        self._records: dict[str, ClaimRecord] = {}
+        self._records = Held()
         # the file still has "started" records of claims released since (see _unprepare_many)
         self._released_in_file = False
         self._started = False
@@ -174,7 +175,9 @@ class ClaimManager:
         operations are over (the lock is held for whole operations), so a "started" record or a
         spec of a claim its checkpoint does not know is one it released or never finished: rolled
         back here, as a restart would (the driver's unprepare is idempotent)."""
-        self._records = adopt(self._checkpoint.load(), self._cdi, self.driver.name, self.pools, self._log)
+        self._records = Held(
+            adopt(self._checkpoint.load(), self._cdi, self.driver.name, self.pools, self._log)
+        )
         self._log.info(f"another instance held the checkpoint; reloaded {len(self._records)} claims")
         self._released_in_file = self._rollback_started()
         self.driver.restore(self._completed_preparations())
@@ -187,7 +190,7 @@ class ClaimManager:
         self._started = True
         for path in self._cdi.remove_stale_temps():
             self._log.info(f"removed stale CDI temp file {path}")
-        self._records = adopt(loaded, self._cdi, self.driver.name, self.pools, self._log)
+        self._records = Held(adopt(loaded, self._cdi, self.driver.name, self.pools, self._log))
         for rec in list(self._records.values()):
             if rec.phase is Phase.STARTED:
                 self._log.warning(
@@ -250,7 +253,7 @@ class ClaimManager:
                 error=str(e),
             )
             return False
-        self._records.pop(rec.claim.uid, None)
+        self._records.pop(rec.claim.uid)
         return True
 
     def _rollback_started(self) -> bool:
@@ -396,7 +399,7 @@ class ClaimManager:
                     node=self.node_name,
                     pools=self.pools,
                     here=here,
-                    held=self._records.values(),
+                    held=self._records,
                 )
             except ClaimFailure as e:
                 text = bounded(str(e))
@@ -404,11 +407,14 @@ class ClaimManager:
                 out[claim.uid] = ClaimOutcome(error=text)
                 continue
             # reserve now, so later claims of this batch see the devices as held
-            self._records[claim.uid] = ClaimRecord(
-                claim=claim,
-                phase=Phase.STARTED,
-                allocated=checked.allocated,
-                cdi_file=self._cdi.file_name(claim.uid),
+            self._records.put(
+                claim.uid,
+                ClaimRecord(
+                    claim=claim,
+                    phase=Phase.STARTED,
+                    allocated=checked.allocated,
+                    cdi_file=self._cdi.file_name(claim.uid),
+                ),
             )
             pending.append(checked)
             reserved.add(claim.uid)
@@ -441,7 +447,7 @@ class ClaimManager:
                 result=result,
                 cdi_spec=doc,
             )
-            self._records[c.claim.uid] = rec
+            self._records.put(c.claim.uid, rec)
             done.append(rec)
         if not done:
             if dirty:
@@ -452,7 +458,7 @@ class ClaimManager:
             self._save()  # the one durable write: completed, before the answer
         except OSError as e:
             for rec in done:
-                self._records[rec.claim.uid] = with_phase(rec, Phase.STARTED)
+                self._records.put(rec.claim.uid, with_phase(rec, Phase.STARTED))
                 self._rollback(self._records[rec.claim.uid])
                 out[rec.claim.uid] = ClaimOutcome(error=f"{label(rec.claim)}: cannot write checkpoint: {e}")
             self._save_best_effort()
@@ -527,7 +533,7 @@ class ClaimManager:
                 self._log.error(message, **logs.claim(rec.claim), error=str(e))
                 out[uid] = message
                 continue
-            del self._records[uid]
+            self._records.pop(uid)
             released.append(rec)
         if released:
             # the claims leave the file, without a sync: a power cut that loses this write leaves
