@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from topodra.common.runtime.checkpoint import newest
+
 from tests.conftest import REPO
 from tests.controlplane.cluster import ControlPlane, api_resource, driver_name
 from tests.kubelet.client import KubeletClient, watch_registry
@@ -258,10 +260,11 @@ class SimNode:
 
     def checkpoint_claims(self, kind: str) -> dict[str, Any]:
         """The claims recorded in the driver's checkpoint file (what it still holds)."""
-        path = self.state_dir / f"{driver_name(kind)}.checkpoint.json"
-        if not path.exists():
+        found = newest(self.state_dir, driver_name(kind))
+        if found is None:
+            assert self.state_dir.is_dir(), f"no state folder {self.state_dir}: the checkpoint is elsewhere"
             return {}
-        claims: dict[str, Any] = json.loads(path.read_text()).get("claims") or {}
+        claims: dict[str, Any] = found[1].get("claims") or {}
         return claims
 
     def stop(self, grace: float = 20.0) -> dict[str, int | None]:

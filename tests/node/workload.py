@@ -8,13 +8,13 @@ gone the claim is released everywhere (checkpoint, CDI spec, NIC back on the hos
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
+from topodra.common.runtime.checkpoint import newest
 
 from tests.controlplane.cluster import api_resource, unique_name
 from tests.node.claims import allowed_cpus, claim_cpus, host_has_link, pod_links
@@ -156,18 +156,16 @@ class Workload:
         )
 
 
-def checkpoint_path(drivers: Drivers, kind: str) -> Path:
-    driver = f"{kind}.topodra.io"
-    return drivers.node.kubelet.paths.plugins / driver / f"{driver}.checkpoint.json"
-
-
 def checkpoint_claims(drivers: Drivers, kind: str) -> list[str]:
-    """Claim UIDs in the driver's checkpoint (a list, so a doubled entry would show)."""
-    path = checkpoint_path(drivers, kind)
-    if not path.exists():
+    """Claim UIDs in the driver's checkpoint, as its next start would read it (a list, so a
+    doubled entry would show)."""
+    driver = f"{kind}.topodra.io"
+    state = drivers.node.kubelet.paths.plugins / driver
+    found = newest(state, driver)
+    if found is None:
+        assert state.is_dir(), f"{driver} keeps no state in {state}: the checkpoint is elsewhere"
         return []
-    doc = json.loads(path.read_text())
-    return [c.get("uid", uid) for uid, c in doc.get("claims", {}).items()]
+    return [c.get("uid", uid) for uid, c in found[1].get("claims", {}).items()]
 
 
 def cdi_dir(drivers: Drivers) -> Path:

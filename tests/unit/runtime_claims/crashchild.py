@@ -7,7 +7,8 @@ separate process running the ClaimManager on real files, killed with SIGKILL by 
 
 A trial child recovers (ClaimManager.start), writes `{"t": "ready"}` to its log, then runs random
 prepare/unprepare calls until it is killed, logging `{"t": "B", ...}` before and `{"t": "A", ...}`
-with the answers after each call. With `crash_io` set it SIGKILLs itself at that fsync/rename/unlink/link
+with the answers after each call. With `crash_io` set it SIGKILLs itself at that fsync, fdatasync,
+pwrite, rename, unlink or link
 (counted after ready, or from the start with `crash_in_recovery`), exactly before or after the
 real call, to hit every write boundary.
 """
@@ -45,7 +46,8 @@ def build_manager(cfg: dict[str, Any]) -> ClaimManager:
 
 
 def _install_io_crash(count: int, after: bool) -> Callable[[], None]:
-    """Wrap os.fsync/replace/unlink/link; the `count`-th call once armed kills this process."""
+    """Wrap os.fsync/fdatasync/pwrite/replace/unlink/link; the `count`-th call once armed kills
+    this process."""
     seen = 0
     armed = False
     lock = threading.Lock()
@@ -68,6 +70,8 @@ def _install_io_crash(count: int, after: bool) -> Callable[[], None]:
         return call
 
     os.fsync = wrap(os.fsync)
+    os.fdatasync = wrap(os.fdatasync)  # a checkpoint slot synced
+    os.pwrite = wrap(os.pwrite)  # a checkpoint slot written in place (and the lock file's token)
     os.replace = wrap(os.replace)
     os.unlink = wrap(os.unlink)  # a spec removed: the last step of an unprepare
     os.link = wrap(os.link)  # the previous checkpoint kept

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from topodra.common.runtime import checkpoint
 from topodra.common.runtime.driver import ClaimRef
 
 from tests.unit.runtime_claims.claimkit import (
+    DRIVER,
     HoldDriver,
     MemoryClaimStore,
     Result,
@@ -23,15 +26,15 @@ from tests.unit.runtime_claims.conftest import ManagerFactory
 
 def tree_digest(*roots: Path) -> str:
     """Names, modes and contents of every file below the roots: "nothing written" made checkable.
-    Not the previous checkpoint: every operation that reaches the driver moves it forward (it is
-    the outcome of the operation before, see docs/design/claim-lifecycle.md)."""
+    The checkpoint counts by the claims of the document a start would read, not by its slot
+    files: every operation that reaches the driver writes a slot with the next sequence number
+    (the other slot is the outcome of the operation before, see docs/design/claim-lifecycle.md)."""
     h = hashlib.sha256()
     for root in roots:
-        for p in (
-            sorted(x for x in root.rglob("*") if not x.name.endswith(".checkpoint-prev.json"))
-            if root.exists()
-            else ()
-        ):
+        found = checkpoint.newest(root, DRIVER) if root.is_dir() else None
+        if found is not None:
+            h.update(json.dumps(found[1]["claims"], sort_keys=True).encode())
+        for p in sorted(x for x in root.rglob("*") if ".checkpoint-" not in x.name) if root.exists() else ():
             h.update(str(p).encode())
             if p.is_file():
                 h.update(p.read_bytes())

@@ -1,7 +1,7 @@
 """A damaged checkpoint fails closed: the claims are rebuilt from the CDI specs on disk (which carry
 each claim's record, see common/runtime/claims/spec.py), every device a surviving spec names stays
-held, and the previous good checkpoint is the fallback when the specs are gone (a reboot empties
-/var/run/cdi).
+held, and the other checkpoint slot (the outcome of the operation before) is the fallback when the
+specs are gone (a reboot empties /var/run/cdi).
 
 Real ClaimManager, real files; the CPU driver case runs the real CPU driver on a captured machine
 (the case where a fresh start handed a running pod's exclusive CPUs to the next claim).
@@ -61,7 +61,10 @@ def spec_path(dirs: dict[str, Path], uid: str) -> Path:
 
 
 def ckpt_path(dirs: dict[str, Path]) -> Path:
-    return dirs["state"] / f"{DRIVER}.checkpoint.json"
+    """The slot a start would read (the other one holds the outcome of the operation before)."""
+    found = checkpoint.newest(dirs["state"], DRIVER)
+    assert found is not None, "no verified checkpoint slot"
+    return found[0]
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
@@ -94,7 +97,7 @@ def test_a_damaged_checkpoint_is_rebuilt_from_the_cdi_specs(
     driver = HoldDriver(dirs["hw"])
     with caplog.at_level(logging.ERROR, logger="topodra.runtime.checkpoint"):
         m = make_manager(driver)
-    (aside,) = dirs["state"].glob(f"{DRIVER}.checkpoint.json.corrupt-*")
+    (aside,) = dirs["state"].glob(f"{DRIVER}.checkpoint-*.json.corrupt-*")
     assert aside.read_bytes() == damaged
     assert any("is damaged" in r.getMessage() and str(aside) in r.getMessage() for r in caplog.records)
     if damage == "deeply nested JSON":
@@ -165,8 +168,8 @@ def test_after_a_reboot_the_previous_good_checkpoint_is_the_fallback(
     dirs: dict[str, Path],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The CDI specs are gone with the reboot (tmpfs) and the checkpoint is damaged: the previous
-    file, the outcome of the operation before the last one, still knows those claims."""
+    """The CDI specs are gone with the reboot (tmpfs) and the newer checkpoint slot is damaged:
+    the other slot, the outcome of the operation before the last one, still knows those claims."""
     a, b = (
         claim_store.put(claim_object("ns1", n, new_uid(), [Result("r", f"dev-{i}")]))
         for i, n in enumerate("ab")
@@ -174,7 +177,7 @@ def test_after_a_reboot_the_previous_good_checkpoint_is_the_fallback(
     c = claim_store.put(claim_object("ns1", "c", new_uid(), [Result("r", "dev-2")]))
     m1 = make_manager()
     assert not any(o.error for o in m1.prepare([a, b]).values())
-    assert not m1.prepare([c])[c.uid].error  # the last operation: the previous file lacks it
+    assert not m1.prepare([c])[c.uid].error  # the last operation: the other slot lacks it
     specs = {r.uid: spec_path(dirs, r.uid).read_bytes() for r in (a, b)}
     shutil.rmtree(dirs["cdi"])
     ckpt_path(dirs).write_bytes(b'{"format": "topodra.io/claim-checkpoint", "claims": {')
@@ -190,7 +193,7 @@ def test_after_a_reboot_the_previous_good_checkpoint_is_the_fallback(
 def test_in_the_same_boot_the_specs_are_the_truth(
     make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
 ) -> None:
-    """The previous file still has a claim unprepared since; its spec is gone, so it stays gone."""
+    """The other slot still has a claim unprepared since; its spec is gone, so it stays gone."""
     a, b = (
         claim_store.put(claim_object("ns1", n, new_uid(), [Result("r", f"dev-{i}")]))
         for i, n in enumerate("ab")
@@ -263,7 +266,9 @@ def test_cpu_driver_never_gives_a_running_claims_cpus_to_another_after_damage(
     assert not m1.prepare([a])[a.uid].error
     assert cpus(m1, a) == ["0-1,16-17"]
     m1.close()
-    (state / "cpu.topodra.io.checkpoint.json").write_bytes(b"")  # zero length
+    found = checkpoint.newest(state, "cpu.topodra.io")
+    assert found is not None
+    found[0].write_bytes(b"")  # zero length
 
     m2 = manager()
     b = store.put(cpu_claim("b", [CpuResult("numa-0", 4)]))

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from topodra.common.runtime.checkpoint import Phase
+from topodra.common.runtime.checkpoint import Phase, newest, slot_paths
 from topodra.common.runtime.claims import ClaimManager
 from topodra.common.runtime.driver import ClaimRef
 
@@ -227,12 +227,10 @@ class Trials:
         self.rolled_back += len(started_before)
 
     def _started_in_checkpoint(self) -> set[str]:
-        path = Path(self.dirs["state"]) / f"{DRIVER}.checkpoint.json"
-        try:
-            doc = json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+        found = newest(Path(self.dirs["state"]), DRIVER)
+        if found is None:
             return set()
-        return {u for u, c in doc["claims"].items() if c["phase"] == "started"}
+        return {u for u, c in found[1]["claims"].items() if c["phase"] == "started"}
 
     def _check(self, m: ClaimManager, driver: HoldDriver, what: str, damaged: bool = False) -> None:
         recs = m.prepared()
@@ -369,6 +367,12 @@ def test_kill_during_recovery(trials: Trials) -> None:
     print(f"  of which {trials.recovery_kills} certainly inside recovery (before ready)")
 
 
+def newest_slot(state: Path) -> Path:
+    """The checkpoint slot a start would read (the first slot when none verifies)."""
+    found = newest(state, DRIVER)
+    return found[0] if found is not None else slot_paths(state, DRIVER)[0]
+
+
 def damage(path: Path, rng: random.Random) -> str:
     """Damage the checkpoint as a disk or a careless hand might; returns what was done."""
     data = path.read_bytes() if path.exists() else b""
@@ -394,7 +398,7 @@ def test_kill_and_damage_the_checkpoint(trials: Trials) -> None:
     """Kills at random moments and at write boundaries; after two kills of three the checkpoint
     is damaged before the restart. No device is ever held by two claims."""
     rng = random.Random(4321)
-    path = Path(trials.dirs["state"]) / f"{DRIVER}.checkpoint.json"
+    state = Path(trials.dirs["state"])
     kinds: list[str] = []
     for i in range(36):
         seed = rng.randrange(1 << 30)
@@ -410,7 +414,7 @@ def test_kill_and_damage_the_checkpoint(trials: Trials) -> None:
             trials.wait_answers(log, pid, rng.randrange(8))
             time.sleep(rng.uniform(0, 0.02))
             trials.kill(pid, log)
-        done = damage(path, rng) if i % 3 != 2 else "none"
+        done = damage(newest_slot(state), rng) if i % 3 != 2 else "none"
         kinds.append(done)
         # every check is the damaged one: a release cut short by an earlier kill may still be
         # recorded after its hardware was freed, until that claim is unprepared again

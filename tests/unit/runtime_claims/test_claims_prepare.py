@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
 import threading
 import time
@@ -12,7 +11,7 @@ from typing import Any
 
 import pytest
 from topodra.common.device import Device
-from topodra.common.runtime.checkpoint import Checkpoint, CheckpointError, Phase
+from topodra.common.runtime.checkpoint import Checkpoint, CheckpointError, Phase, newest
 from topodra.common.runtime.claims.spec import record_variable
 from topodra.common.runtime.driver import ClaimRef, Scan
 from topodra.common.runtime.seams import ClaimOutcome, ClaimProcessor, ResultDevice
@@ -291,15 +290,17 @@ def test_the_spec_says_started_while_the_driver_runs_and_the_checkpoint_complete
             spec = json.loads(spec_path(dirs, claim.uid).read_text())
             env = spec["containerEdits"]["env"]
             seen.append(json.loads(next(e for e in env if e.startswith(prefix))[len(prefix) :]))
-            doc = json.loads((dirs["state"] / f"{DRIVER}.checkpoint.json").read_text())
-            in_checkpoint.append(claim.uid in doc["claims"])
+            found = newest(dirs["state"], DRIVER)
+            in_checkpoint.append(found is not None and claim.uid in found[1]["claims"])
             return super().prepare(claim, results, config)
 
     ref = put(claim_store, "c", Result("r", "dev-7"))
     make_manager(Spy(dirs["hw"])).prepare([ref])
     assert seen[0]["phase"] == "started" and in_checkpoint == [False]
     assert seen[0]["allocated"] == [{"request": "r", "pool": NODE, "device": "dev-7"}]
-    doc = json.loads((dirs["state"] / f"{DRIVER}.checkpoint.json").read_text())
+    found = newest(dirs["state"], DRIVER)
+    assert found is not None
+    doc = found[1]
     assert doc["claims"][ref.uid]["phase"] == "completed"
     assert doc["claims"][ref.uid]["cdiFile"] == f"{DRIVER}-claim_{ref.uid}.json"
     assert doc["claims"][ref.uid]["preparation"]["state"] == {"holds": ["dev-7"]}
@@ -348,22 +349,21 @@ def test_a_call_with_many_claims_writes_the_checkpoint_as_for_one(
     refs = [put(claim_store, f"c{i}", Result("r", f"dev-{i}")) for i in range(5)]
     refs.append(put(claim_store, "bad", Result("r", "dev-5"), config=[driver_config(fail=True)]))
     m = make_manager(driver)
-    ckpt = str(dirs["state"] / f"{DRIVER}.checkpoint.json")
-    writes: list[str] = []
-    real = os.replace
+    saves: list[bool] = []  # durable or not, per checkpoint write
+    real = Checkpoint.save
 
-    def counting(src: str, dst: str) -> None:
-        writes.append(str(dst))
-        real(src, dst)
+    def counting(self: Checkpoint, records: Any, *, durable: bool = True) -> None:
+        saves.append(durable)
+        real(self, records, durable=durable)
 
-    monkeypatch.setattr(os, "replace", counting)
+    monkeypatch.setattr(Checkpoint, "save", counting)
     out = m.prepare(refs)
     assert [bool(out[r.uid].error) for r in refs] == [False] * 5 + [True]
-    assert writes.count(ckpt) == 1
+    assert saves == [True]
     assert driver.holdings() == {f"dev-{i}": refs[i].uid for i in range(5)}
-    writes.clear()
+    saves.clear()
     assert m.unprepare(refs) == {r.uid: "" for r in refs}
-    assert writes.count(ckpt) == 2
+    assert saves == [True, False]
     assert driver.holdings() == {}
 
 

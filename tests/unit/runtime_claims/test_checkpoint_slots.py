@@ -1,0 +1,161 @@
+"""The checkpoint's two slots, written in place: what a power cut can leave, and what is read back.
+
+A power cut loses or tears every write that was not synced, and the write under way when it
+struck. The claim core relies on one thing: after the cut, a start finds the last document it
+synced (or a later one, whole). These tests make every such cut on real files (a copy of the
+state folder in which each slot written since its last sync is torn) and read it back as a
+start after the reboot would (another boot id; docs/design/claim-lifecycle.md).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+from topodra.common.runtime import checkpoint
+from topodra.common.runtime.checkpoint import Checkpoint, ClaimRecord, Phase, encode, newest, slot_paths
+from topodra.common.runtime.driver import AllocatedDevice, ClaimRef
+
+DRIVER = "slots.topodra.io"
+
+
+def record(i: int, phase: Phase = Phase.COMPLETED) -> ClaimRecord:
+    uid = f"00000000-0000-4000-8000-{i:012d}"
+    return ClaimRecord(
+        claim=ClaimRef("ns", f"c{i}", uid),
+        phase=phase,
+        allocated=(AllocatedDevice("r", "node-a", f"dev-{i}"),),
+        cdi_file=f"{DRIVER}-claim_{uid}.json",
+    )
+
+
+def records(ids: list[int], started: frozenset[int] = frozenset()) -> dict[str, ClaimRecord]:
+    out = {}
+    for i in ids:
+        r = record(i, Phase.STARTED if i in started else Phase.COMPLETED)
+        out[r.claim.uid] = r
+    return out
+
+
+def after_a_power_cut(state: Path, tmp: Path, unsynced: set[Path]) -> checkpoint.Loaded:
+    """A copy of `state` as a power cut may leave it (each unsynced slot torn), read back after
+    the reboot."""
+    cut = tmp / f"cut-{len(list(tmp.iterdir()))}"
+    shutil.copytree(state, cut)
+    for slot in unsynced:
+        torn = cut / slot.name
+        if torn.exists():
+            data = torn.read_bytes()
+            torn.write_bytes(data[: len(data) // 2] + b"\0" * 7)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(checkpoint, "BOOT_ID", "the-boot-after-the-cut")
+        return Checkpoint(cut, DRIVER).load()
+
+
+def test_a_power_cut_at_any_write_leaves_the_last_synced_document(tmp_path: Path) -> None:
+    """Random saves, synced or not, as the claim core makes them; after each one (and during
+    each one: the slot being written torn too), a cut leaves the records of the last synced
+    save. The slot holding it is never the one written next."""
+    state, cuts = tmp_path / "state", tmp_path / "cuts"
+    cuts.mkdir()
+    ckpt = Checkpoint(state, DRIVER)
+    ckpt.load()
+    rng = random.Random(7)
+    held: list[int] = []
+    synced: dict[str, ClaimRecord] = {}
+    unsynced: set[Path] = set()
+    for step in range(60):
+        if held and rng.random() < 0.4:
+            held.remove(rng.choice(held))
+        else:
+            held.append(100 + step)
+        durable = rng.random() < 0.6
+        now = records(held, frozenset(rng.sample(held, k=min(2, len(held)))))
+        before = {p: p.read_bytes() for p in slot_paths(state, DRIVER) if p.exists()}
+        ckpt.save(now, durable=durable)
+        written = {p for p in slot_paths(state, DRIVER) if p.exists() and before.get(p) != p.read_bytes()}
+        assert len(written) == 1, f"step {step}: one slot per save, not {written}"
+        (slot,) = written
+        # a cut during this save: the slot it wrote is torn, and every unsynced one
+        during = after_a_power_cut(state, cuts, unsynced | {slot})
+        got = during.records if during.damage is None else during.fallback
+        assert got == synced, f"step {step}: a cut during the save lost the synced document"
+        if durable:
+            synced = now
+            unsynced.discard(slot)
+        else:
+            unsynced.add(slot)
+        after = after_a_power_cut(state, cuts, unsynced)
+        got = after.records if after.damage is None else after.fallback
+        assert got == synced, f"step {step}: a cut after the save lost the synced document"
+        shutil.rmtree(cuts)
+        cuts.mkdir()
+    # and without a cut, a start reads the last save, synced or not
+    assert Checkpoint(state, DRIVER).load().records == now
+
+
+def test_a_slot_is_padded_when_it_shrinks_a_little_and_cut_when_it_shrinks_a_lot(tmp_path: Path) -> None:
+    """The same size keeps an in-place sync to data blocks; a slot left at 1000 claims' size
+    would cost a megabyte of spaces per save at 10."""
+    ckpt = Checkpoint(tmp_path, DRIVER)
+    ckpt.load()
+    for ids in ([*range(40)], [*range(40)]):  # both slots at 40 claims
+        ckpt.save(records(ids))
+    sizes = {p: p.stat().st_size for p in slot_paths(tmp_path, DRIVER)}
+    ckpt.save(records([*range(30)]))
+    (padded,) = [p for p in sizes if p == ckpt.path]
+    assert padded.stat().st_size == sizes[padded]
+    assert padded.read_bytes().endswith(
+        b"}\n" + b" " * (sizes[padded] - len(encode(DRIVER, records([*range(30)]), 3)))
+    )
+    assert Checkpoint(tmp_path, DRIVER).load().records == records([*range(30)])
+    ckpt.save(records([*range(30)]))
+    ckpt.save(records([1]))
+    assert ckpt.path.stat().st_size == len(encode(DRIVER, records([1]), 5))
+    assert Checkpoint(tmp_path, DRIVER).load().records == records([1])
+
+
+def test_the_sequence_number_is_inside_the_checksum(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An older slot whose sequence is raised (by hand, or a torn header) must not win."""
+    ckpt = Checkpoint(tmp_path, DRIVER)
+    ckpt.load()
+    ckpt.save(records([1, 2]))
+    ckpt.save(records([1]))
+    found = newest(tmp_path, DRIVER)
+    assert found is not None and found[1]["sequence"] == 2
+    older = next(p for p in slot_paths(tmp_path, DRIVER) if p != found[0])
+    older.write_bytes(older.read_bytes().replace(b'"sequence":1', b'"sequence":9'))
+    loaded = Checkpoint(tmp_path, DRIVER).load()
+    assert loaded.damage is not None and "checksum mismatch" in loaded.damage
+    assert list(tmp_path.glob(f"{older.name}.corrupt-*"))
+
+
+def test_an_earlier_versions_single_file_is_read_then_replaced_by_the_slots(tmp_path: Path) -> None:
+    """An upgrade finds `<driver>.checkpoint.json` (and its `-prev`): the claims come back, and
+    the old files go once a slot is synced (a slot always wins over them)."""
+    legacy = tmp_path / f"{DRIVER}.checkpoint.json"
+    prev = tmp_path / f"{DRIVER}.checkpoint-prev.json"
+    legacy.write_bytes(encode(DRIVER, records([1, 2])))
+    prev.write_bytes(encode(DRIVER, records([1])))
+    ckpt = Checkpoint(tmp_path, DRIVER)
+    assert ckpt.load().records == records([1, 2])
+    found = newest(tmp_path, DRIVER)
+    assert found is not None and found[0] == legacy
+    ckpt.save(records([1, 2]), durable=False)
+    assert legacy.exists()  # not yet: the slot is not synced
+    ckpt.save(records([1, 2, 3]))
+    assert not legacy.exists() and not prev.exists()
+    assert Checkpoint(tmp_path, DRIVER).load().records == records([1, 2, 3])
+
+
+def test_a_damaged_earlier_versions_file_falls_back_to_its_previous_file_after_a_reboot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / f"{DRIVER}.checkpoint.json").write_bytes(b"{torn")
+    (tmp_path / f"{DRIVER}.checkpoint-prev.json").write_bytes(encode(DRIVER, records([4])))
+    monkeypatch.setattr(checkpoint, "BOOT_ID", "another-boot")
+    loaded = Checkpoint(tmp_path, DRIVER).load()
+    assert loaded.damage is not None and loaded.fallback == records([4])
+    assert list(tmp_path.glob(f"{DRIVER}.checkpoint.json.corrupt-*"))
