@@ -32,7 +32,7 @@ document; the verified one with the higher `sequence` is the checkpoint (see `Ch
 
 A slot is that document's canonical JSON (sorted keys, no whitespace: the same text the
 checksum covers, made once per save by json's C encoder; `python -m json.tool` shows it
-indented), padded with spaces when it is shorter than the slot was. A save overwrites the other
+indented), padded with spaces to the slot's size (`slot_size`). A save overwrites the other
 slot in place and, when durable, syncs it (one fdatasync); `<driver>.lock` (flock) serializes
 whole operations between instances (e.g. during a rolling update), and holds the token of the
 instance that held it last, so that an instance notices another one's operations that wrote
@@ -355,6 +355,13 @@ def newest(state_dir: Path, driver: str) -> tuple[Path, dict[str, Any]] | None:
         return None
 
 
+def slot_size(length: int) -> int:
+    """The size a slot is given when a document outgrows it, or is less than half of it: a
+    quarter more, in whole 4 KiB blocks, so that the next saves (a claim more or less) keep the
+    size and their sync writes no inode."""
+    return -(-(length + length // 4) // 4096) * 4096
+
+
 def slot_paths(state_dir: Path, driver: str) -> tuple[Path, Path]:
     return (state_dir / f"{driver}.checkpoint-a.json", state_dir / f"{driver}.checkpoint-b.json")
 
@@ -615,7 +622,8 @@ class Checkpoint:
         try:
             fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW)
         except FileNotFoundError:
-            atomic_write(name, data, durable=durable)  # created whole: no half-made slot
+            # created whole (no half-made slot), with room for the next saves (see slot_size)
+            atomic_write(name, data + b" " * (slot_size(len(data)) - len(data)), durable=durable)
             identity = _identity(name)
             if identity is None:  # removed at once by someone else: the next load sees it
                 raise FileNotFoundError(
@@ -623,17 +631,17 @@ class Checkpoint:
                 ) from None
             return identity
         try:
-            size = os.fstat(fd).st_size
-            shrink = len(data) * 2 < size
-            if len(data) < size and not shrink:
-                # spaces to the old size (JSON allows them after the document): an in-place sync of
-                # a file whose size did not change writes its data blocks, not its inode
-                data += b" " * (size - len(data))
+            had = size = os.fstat(fd).st_size
+            if len(data) > size or len(data) * 2 < size:
+                size = slot_size(len(data))  # grown with room to spare, or cut
+            # spaces to the slot's size (JSON allows them after the document): an in-place sync
+            # of a file whose size did not change writes its data blocks, not its inode
+            data += b" " * (size - len(data))
             view, at = memoryview(data), 0
             while at < len(view):
                 at += os.pwrite(fd, view[at:], at)
-            if shrink:
-                os.ftruncate(fd, len(data))
+            if size < had:
+                os.ftruncate(fd, size)
             if durable:
                 os.fdatasync(fd)
             st = os.fstat(fd)
