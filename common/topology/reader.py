@@ -53,6 +53,8 @@ _READ_NOFOLLOW = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_IN_ROOT = 0x10
+_RACE_TRIES = 8  # openat2 retries after EAGAIN before the walk does it
+
 # openat2's number: the same on every architecture that uses the generic syscall table
 _OPENAT2_MACHINES = {"x86_64": 437, "aarch64": 437, "riscv64": 437, "ppc64le": 437, "s390x": 437}
 _O_PATH = getattr(os, "O_PATH", 0)
@@ -267,7 +269,16 @@ class _InRoot:
             self._openat2 = _openat2(self.fd)
             self._probed = True
         if self._openat2 is not None:
-            return self._openat2(self.fd, rel or ".", flags | os.O_CLOEXEC)
+            for _ in range(_RACE_TRIES):
+                try:
+                    return self._openat2(self.fd, rel or ".", flags | os.O_CLOEXEC)
+                except BlockingIOError:
+                    # EAGAIN: a rename or mount anywhere on the machine while the kernel walked a
+                    # `..` (a link's target), so it could not prove the walk stayed in the root;
+                    # it asks for a retry. Seen as "unreadable" warnings (a NIC's uverbs node)
+                    # while other processes renamed files.
+                    continue
+            # still racing: the walk resolves the same way, by hand, needing no such proof
         return self._walk(rel, flags | os.O_CLOEXEC)
 
     def _dir(self, rel: str) -> int:
