@@ -65,7 +65,7 @@ from topodra.common.runtime.seams import ResultDevice
 log = logs.get("topodra.runtime.checkpoint")
 
 FORMAT = "topodra.io/claim-checkpoint"
-VERSION = 1
+VERSION = 2  # 2: two slots with a sequence number; 1: the single file of earlier versions
 
 
 class Phase(enum.StrEnum):
@@ -212,11 +212,11 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def _checksum(driver: str, claims: Mapping[str, Any], sequence: int | None = None) -> str:
-    return _signature(driver, _canonical(claims).encode(), sequence=sequence)
+def _checksum(driver: str, claims: Mapping[str, Any], sequence: int | None, version: int) -> str:
+    return _signature(driver, _canonical(claims).encode(), sequence=sequence, version=version)
 
 
-def _signature(driver: str, *claims_json: bytes, sequence: int | None = None) -> str:
+def _signature(driver: str, *claims_json: bytes, sequence: int | None = None, version: int = VERSION) -> str:
     """sha256 of the canonical JSON of {claims, driver, sequence, version} (a file of an earlier
     version has no sequence), from the claims' own JSON (given in parts, so that megabytes of
     claims are not copied only to be hashed). The sequence is inside the checksum: a slot
@@ -224,7 +224,7 @@ def _signature(driver: str, *claims_json: bytes, sequence: int | None = None) ->
     h = hashlib.sha256(b'{"claims":')
     for part in claims_json:
         h.update(part)
-    h.update(_tails(driver, sequence)[0])
+    h.update(_tails(driver, sequence, version)[0])
     return "sha256:" + h.hexdigest()
 
 
@@ -235,13 +235,13 @@ def _fixed(driver: str, boot_id: str) -> tuple[str, bytes]:
     return _canonical(driver), f'{{"bootID":{_canonical(boot_id)},"checksum":"'.encode()
 
 
-def _tails(driver: str, sequence: int | None) -> tuple[bytes, bytes]:
+def _tails(driver: str, sequence: int | None, version: int = VERSION) -> tuple[bytes, bytes]:
     """The checksum's tail and the file's tail after the claims (keys in sorted order)."""
     driver_json = _fixed(driver, "")[0]
     seq = "" if sequence is None else f',"sequence":{sequence}'
     return (
-        f',"driver":{driver_json}{seq},"version":{VERSION}}}'.encode(),
-        f',"driver":{driver_json},"format":{_FORMAT_JSON}{seq},"version":{VERSION}}}\n'.encode(),
+        f',"driver":{driver_json}{seq},"version":{version}}}'.encode(),
+        f',"driver":{driver_json},"format":{_FORMAT_JSON}{seq},"version":{version}}}\n'.encode(),
     )
 
 
@@ -267,7 +267,11 @@ BOOT_ID = _boot_id()
 
 
 def _document(
-    driver: str, members: Iterable[bytes], boot_id: str = BOOT_ID, sequence: int | None = None
+    driver: str,
+    members: Iterable[bytes],
+    boot_id: str = BOOT_ID,
+    sequence: int | None = None,
+    version: int = VERSION,
 ) -> bytes:
     """The file from the claims' `_member` texts in uid order: itself the canonical JSON of the
     whole document (what `json.dumps(doc, sort_keys=True, separators=(",", ":"))` gives), so
@@ -275,12 +279,15 @@ def _document(
     checksum, so files of earlier versions (without it) still verify."""
     joined = b",".join(members)  # 1.1 MB at 1000 claims held: copied once more, into the file
     head = _fixed(driver, boot_id)[1]
-    checksum = _signature(driver, b"{", joined, b"}", sequence=sequence).encode()
-    return b"".join((head, checksum, b'","claims":{', joined, b"}", _tails(driver, sequence)[1]))
+    checksum = _signature(driver, b"{", joined, b"}", sequence=sequence, version=version).encode()
+    return b"".join((head, checksum, b'","claims":{', joined, b"}", _tails(driver, sequence, version)[1]))
 
 
-def encode(driver: str, records: Mapping[str, ClaimRecord], sequence: int | None = None) -> bytes:
-    return _document(driver, (_member(uid, r) for uid, r in sorted(records.items())), sequence=sequence)
+def encode(
+    driver: str, records: Mapping[str, ClaimRecord], sequence: int | None = None, version: int = VERSION
+) -> bytes:
+    members = (_member(uid, r) for uid, r in sorted(records.items()))
+    return _document(driver, members, sequence=sequence, version=version)
 
 
 class _Corrupt(Exception):
@@ -329,7 +336,7 @@ def _verified(driver: str, data: bytes) -> dict[str, Any]:
     sequence = doc.get("sequence")
     if sequence is not None and (type(sequence) is not int or sequence < 0):
         raise _Corrupt("sequence is not a count")
-    if doc.get("checksum") != _checksum(driver, claims, sequence):
+    if doc.get("checksum") != _checksum(driver, claims, sequence, version):
         raise _Corrupt("checksum mismatch")
     return doc
 
@@ -395,8 +402,9 @@ class Checkpoint:
     power cut during any write leaves it whole, and it is the outcome of the operation before
     the last one: the fallback when the newer slot is damaged (see `Loaded`). The first write of
     a slot creates it whole (temp file + rename). `<driver>.checkpoint.json` (and `-prev.json`)
-    are the single file of earlier versions: read when no slot exists, removed once a slot is
-    durable. `<driver>.lock` serializes whole operations between instances."""
+    are the single file of earlier versions: read when no slot exists; once a slot is durable
+    the first becomes a marker those versions refuse (`_mark`) and the second goes.
+    `<driver>.lock` serializes whole operations between instances."""
 
     def __init__(self, state_dir: Path, driver_name: str, lock_timeout: float = 30.0) -> None:
         if not is_dns_subdomain(driver_name):
@@ -412,7 +420,8 @@ class Checkpoint:
         self._sequence = 0  # of the newest document written or loaded
         self._current: int | None = None  # the slot holding it
         self._durable: int | None = None  # the slot holding the last synced one: never overwritten
-        self._legacy = False  # an earlier version's file is still there (removed after a durable save)
+        # `<driver>.checkpoint.json` is the marker every earlier version refuses (see `_mark`)
+        self._marked = False
         self._identity: tuple[tuple[int, int, int, int] | None, ...] = (None, None)
         self._encoded: dict[str, tuple[ClaimRecord, bytes]] = {}  # uid -> (record, its _member)
         self._dir_ready = False
@@ -424,7 +433,7 @@ class Checkpoint:
     def path(self) -> Path:
         """The file holding the newest document (for messages)."""
         if self._current is None:
-            return self.legacy_path if self._legacy else self.slots[0]
+            return self.slots[0]
         return self.slots[self._current]
 
     def ensure_dir(self) -> None:
@@ -495,9 +504,12 @@ class Checkpoint:
                 bad.append((slot, "no sequence number"))
                 continue
             found.append((sequence, slot, records, boot))
-        self._legacy = self.legacy_path.exists() or self.legacy_prev_path.exists()
         if not found and not bad:
             return self._load_legacy()
+        try:
+            self._marked = self.legacy_path.read_bytes() == self._marker()
+        except FileNotFoundError:
+            self._marked = False
         found.sort(key=lambda f: (f[0], f[1]))
         if found:
             sequence, slot = found[-1][:2]
@@ -556,11 +568,14 @@ class Checkpoint:
 
     def _load_legacy(self) -> Loaded:
         """No slot yet: the single file an earlier version wrote, if any."""
+        self._marked = False
         try:
             data = self.legacy_path.read_bytes()
         except FileNotFoundError:
             self._identity = self._stat_identity()
             return Loaded({})
+        if data == self._marker():
+            return self._damaged_legacy("this version's marker is there, but both checkpoint slots are gone")
         try:
             records, _, _ = _decode(self.driver, data)
         except _Corrupt as e:
@@ -614,8 +629,8 @@ class Checkpoint:
         self._encoded = encoded
         if durable:
             self._durable = slot
-            if self._legacy:
-                self._drop_legacy()
+            if not self._marked:
+                self._mark()
 
     def _write_slot(self, slot: int, data: bytes, durable: bool) -> tuple[int, int, int, int]:
         name = self._slot_names[slot]
@@ -649,12 +664,26 @@ class Checkpoint:
             os.close(fd)
         return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
-    def _drop_legacy(self) -> None:
-        """The earlier version's file, once a slot is durable: a slot always wins over it."""
-        for path in (self.legacy_path, self.legacy_prev_path):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        self._legacy = False
+    def _marker(self) -> bytes:
+        names = " and ".join(p.name for p in self.slots)
+        doc = {
+            "driver": self.driver,
+            "format": FORMAT,
+            "note": f"this driver's checkpoint is in {names}; versions before {VERSION} refuse this file",
+            "version": VERSION,
+        }
+        return (_canonical(doc) + "\n").encode()
+
+    def _mark(self) -> None:
+        """Once a slot is durable, `<driver>.checkpoint.json` (the single file of earlier versions)
+        becomes a document of this version without claims: an earlier version's instance sharing
+        the folder (a DaemonSet rolling with maxSurge, or rolled back) refuses to touch a newer
+        version's checkpoint, so it fails its calls instead of taking the file's absence for a
+        node where nothing is held. Its `-prev.json` goes."""
+        atomic_write(self.legacy_path, self._marker())
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.legacy_prev_path)
+        self._marked = True
 
 
 def _identity(name: str) -> tuple[int, int, int, int] | None:

@@ -9,6 +9,7 @@ start after the reboot would (another boot id; docs/design/claim-lifecycle.md).
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from pathlib import Path
@@ -145,29 +146,56 @@ def test_the_sequence_number_is_inside_the_checksum(tmp_path: Path, caplog: pyte
     assert list(tmp_path.glob(f"{older.name}.corrupt-*"))
 
 
-def test_an_earlier_versions_single_file_is_read_then_replaced_by_the_slots(tmp_path: Path) -> None:
-    """An upgrade finds `<driver>.checkpoint.json` (and its `-prev`): the claims come back, and
-    the old files go once a slot is synced (a slot always wins over them)."""
+def test_an_earlier_versions_single_file_is_read_then_becomes_a_marker_it_refuses(tmp_path: Path) -> None:
+    """An upgrade finds `<driver>.checkpoint.json` (version 1, and its `-prev`): the claims come
+    back; once a slot is synced the file becomes a document of version 2 without claims, which
+    version 1 refuses to touch ("newer than this program"), so an old instance still running
+    beside the new one (a DaemonSet rolling with maxSurge) fails its calls instead of reading
+    an absent file as a node where nothing is held."""
     legacy = tmp_path / f"{DRIVER}.checkpoint.json"
     prev = tmp_path / f"{DRIVER}.checkpoint-prev.json"
-    legacy.write_bytes(encode(DRIVER, records([1, 2])))
-    prev.write_bytes(encode(DRIVER, records([1])))
+    legacy.write_bytes(encode(DRIVER, records([1, 2]), version=1))
+    prev.write_bytes(encode(DRIVER, records([1]), version=1))
     ckpt = Checkpoint(tmp_path, DRIVER)
     assert ckpt.load().records == records([1, 2])
     found = newest(tmp_path, DRIVER)
     assert found is not None and found[0] == legacy
     ckpt.save(records([1, 2]), durable=False)
-    assert legacy.exists()  # not yet: the slot is not synced
+    assert legacy.read_bytes() == encode(DRIVER, records([1, 2]), version=1)  # not yet: no slot synced
     ckpt.save(records([1, 2, 3]))
-    assert not legacy.exists() and not prev.exists()
+    marker = json.loads(legacy.read_text())
+    assert (
+        marker["version"] > 1 and marker["format"] == "topodra.io/claim-checkpoint" and "claims" not in marker
+    )
+    assert not prev.exists()
     assert Checkpoint(tmp_path, DRIVER).load().records == records([1, 2, 3])
+
+
+def test_a_fresh_folder_gets_the_marker_too(tmp_path: Path) -> None:
+    """No earlier file at all: an old instance started later (a rollback) must still find one."""
+    ckpt = Checkpoint(tmp_path, DRIVER)
+    ckpt.load()
+    ckpt.save({})
+    assert json.loads((tmp_path / f"{DRIVER}.checkpoint.json").read_text())["version"] > 1
+
+
+def test_the_marker_without_slots_is_a_damaged_checkpoint(tmp_path: Path) -> None:
+    """Both slots gone (a hand in the folder): the claims are rebuilt from the CDI specs, not
+    taken as none."""
+    ckpt = Checkpoint(tmp_path, DRIVER)
+    ckpt.load()
+    ckpt.save(records([1]))
+    for slot in slot_paths(tmp_path, DRIVER):
+        slot.unlink(missing_ok=True)
+    loaded = Checkpoint(tmp_path, DRIVER).load()
+    assert loaded.damage is not None and "both checkpoint slots are gone" in loaded.damage
 
 
 def test_a_damaged_earlier_versions_file_falls_back_to_its_previous_file_after_a_reboot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / f"{DRIVER}.checkpoint.json").write_bytes(b"{torn")
-    (tmp_path / f"{DRIVER}.checkpoint-prev.json").write_bytes(encode(DRIVER, records([4])))
+    (tmp_path / f"{DRIVER}.checkpoint-prev.json").write_bytes(encode(DRIVER, records([4]), version=1))
     monkeypatch.setattr(checkpoint, "BOOT_ID", "another-boot")
     loaded = Checkpoint(tmp_path, DRIVER).load()
     assert loaded.damage is not None and loaded.fallback == records([4])
