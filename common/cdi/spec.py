@@ -370,6 +370,7 @@ class CdiWriter:
         self.kind = kind
         self._prefix = f"{vendor}-{cls}_"
         self._folder = os.fspath(root)
+        self._base = os.path.join(self._folder, self._prefix)  # + "<id>.json": a file's path
 
     def file_name(self, spec_id: str) -> str:
         if not _DEVICE_NAME.match(spec_id) or "/" in spec_id or spec_id in (".", ".."):
@@ -380,8 +381,9 @@ class CdiWriter:
         return self.root / self.file_name(spec_id)
 
     def _file(self, spec_id: str) -> str:
-        """`path` as a plain string, for the per-claim calls below."""
-        return os.path.join(self._folder, self.file_name(spec_id))
+        """`path` as a plain string, for the per-claim calls below (no os.path.join per call)."""
+        self.file_name(spec_id)  # checks the id
+        return f"{self._base}{spec_id}.json"
 
     def write(self, spec_id: str, spec: Mapping[str, Any]) -> Path:
         """`put`, answering with the file's path."""

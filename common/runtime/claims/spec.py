@@ -122,6 +122,8 @@ class ClaimSpecs:
         self._marker = f"TOPODRA_{driver_token(driver_name)}_DEVICE_"
         self._floor = kind_version(kind)
         self._markers: dict[str, str] = {}  # device name -> its marker variable name and "="
+        # the allocated devices' JSON of the last claim: both specs of a claim carry the same
+        self._allocated: tuple[Sequence[AllocatedDevice], str] | None = None
 
     def _marker_of(self, device: str) -> str:
         marker = self._markers.get(device)
@@ -134,9 +136,18 @@ class ClaimSpecs:
     def _record_env(
         self, phase: Phase, claim: ClaimRef, allocated: Sequence[AllocatedDevice], state: Mapping[str, Any]
     ) -> str:
-        """`<record variable>=<canonical JSON of the record>`, the keys written in sorted order."""
+        """`<record variable>=<canonical JSON of the record>`, the keys written in sorted order.
+        The devices' JSON is made once per claim: the final spec is asked for with the very same
+        tuple as the provisional one (a tuple of frozen values; a list could change between)."""
+        last = self._allocated
+        if last is not None and last[0] is allocated:
+            devices = last[1]
+        else:
+            devices = _encode([allocated_to_json(a) for a in allocated])
+            if type(allocated) is tuple:
+                self._allocated = (allocated, devices)
         return (
-            f'{self._record}{{"allocated":{_encode([allocated_to_json(a) for a in allocated])},'
+            f'{self._record}{{"allocated":{devices},'
             f'"name":{_encode(claim.name)},"namespace":{_encode(claim.namespace)},'
             f'"phase":{_encode(phase.value)},"state":{_encode(state) if state else "{}"},'
             f'"uid":{_encode(claim.uid)}}}'
