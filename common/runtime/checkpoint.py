@@ -66,6 +66,8 @@ log = logs.get("topodra.runtime.checkpoint")
 
 FORMAT = "topodra.io/claim-checkpoint"
 VERSION = 2  # 2: two slots with a sequence number; 1: the single file of earlier versions
+UNFINISHED = b"\0"  # the first byte of a slot while it is being written in place
+_HEAD = b'"bootID":"'  # what follows the first byte of every slot, old or new
 
 
 class Phase(enum.StrEnum):
@@ -484,16 +486,22 @@ class Checkpoint:
         return self._foreign or self._stat_identity() != self._identity
 
     def load(self) -> Loaded:
-        """The records of the newest slot; a damaged slot is set aside (see `Loaded`)."""
+        """The records of the newest slot. A slot whose `{` is NUL (the rest a slot's text) holds a
+        save cut short by a stop (`_write_slot`) and is skipped; a damaged one is set aside (see
+        `Loaded`)."""
         self._foreign = False
         self._current = self._durable = None
         self._encoded = {}
         found: list[tuple[int, int, dict[str, ClaimRecord], str]] = []  # sequence, slot, records, boot
         bad: list[tuple[int, str]] = []
+        unfinished: list[int] = []
         for slot, path in enumerate(self.slots):
             try:
                 data = path.read_bytes()
             except FileNotFoundError:
+                continue
+            if data[:1] == UNFINISHED and data[1 : 1 + len(_HEAD)] == _HEAD:
+                unfinished.append(slot)
                 continue
             try:
                 records, boot, sequence = _decode(self.driver, data)
@@ -504,13 +512,25 @@ class Checkpoint:
                 bad.append((slot, "no sequence number"))
                 continue
             found.append((sequence, slot, records, boot))
-        if not found and not bad:
+        if not found and not bad and not unfinished:
             return self._load_legacy()
+        found.sort(key=lambda f: (f[0], f[1]))
+        if not found:
+            bad += [(slot, "a write cut short, and no other good slot") for slot in unfinished]
+        else:
+            for slot in unfinished:
+                # a stop during a save: that save was not over, so its operation was not either;
+                # the other slot is the checkpoint, as a temp file never renamed left it before
+                log.warning(
+                    f"checkpoint slot {self.slots[slot]} holds a write cut short; using "
+                    f"{self.slots[found[-1][1]]}",
+                    driver=self.driver,
+                    checkpoint=str(self.slots[slot]),
+                )
         try:
             self._marked = self.legacy_path.read_bytes() == self._marker()
         except FileNotFoundError:
             self._marked = False
-        found.sort(key=lambda f: (f[0], f[1]))
         if found:
             sequence, slot = found[-1][:2]
             self._sequence, self._current, self._durable = sequence, slot, slot
@@ -652,9 +672,13 @@ class Checkpoint:
             # spaces to the slot's size (JSON allows them after the document): an in-place sync
             # of a file whose size did not change writes its data blocks, not its inode
             data += b" " * (size - len(data))
-            view, at = memoryview(data), 0
+            # the first byte last, over a NUL written first: a kill stops a write between pages,
+            # and a slot that starts with NUL is a write cut short, which a start skips (`load`)
+            os.pwrite(fd, UNFINISHED, 0)
+            view, at = memoryview(data), 1
             while at < len(view):
                 at += os.pwrite(fd, view[at:], at)
+            os.pwrite(fd, view[:1], 0)
             if size < had:
                 os.ftruncate(fd, size)
             if durable:
