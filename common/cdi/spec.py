@@ -36,6 +36,16 @@ def validate_vendor_or_class(value: str, what: str) -> None:
         raise SpecError(f"CDI {what} {value!r} is not valid (letter first, [A-Za-z0-9_.-], ≤63 chars)")
 
 
+def split_kind(kind: str) -> tuple[str, str]:
+    """(vendor, class) of a CDI kind `vendor/class`, both checked."""
+    vendor, sep, cls = kind.partition("/")
+    if not sep:
+        raise SpecError(f"CDI kind {kind!r} must be vendor/class")
+    validate_vendor_or_class(vendor, "vendor")
+    validate_vendor_or_class(cls, "class")
+    return vendor, cls
+
+
 def validate_device_name(name: str) -> None:
     if not _DEVICE_NAME.match(name):
         raise SpecError(f"CDI device name {name!r} is not valid (letters, digits, '_.:-', alnum ends)")
@@ -248,11 +258,7 @@ def minimum_version(kind: str, devices: Sequence[SpecDevice], spec_edits: Contai
 
 def build_spec(kind: str, devices: Sequence[SpecDevice], spec_edits: ContainerEdits) -> dict[str, Any]:
     """A complete, validated CDI spec document (JSON-ready)."""
-    vendor, sep, cls = kind.partition("/")
-    if not sep:
-        raise SpecError(f"CDI kind {kind!r} must be vendor/class")
-    validate_vendor_or_class(vendor, "vendor")
-    validate_vendor_or_class(cls, "class")
+    split_kind(kind)
     if not devices:
         raise SpecError("a CDI spec needs at least one device")
     seen: set[str] = set()
@@ -361,11 +367,7 @@ class CdiWriter:
     """
 
     def __init__(self, root: Path, kind: str) -> None:
-        vendor, sep, cls = kind.partition("/")
-        if not sep:
-            raise SpecError(f"CDI kind {kind!r} must be vendor/class")
-        validate_vendor_or_class(vendor, "vendor")
-        validate_vendor_or_class(cls, "class")
+        vendor, cls = split_kind(kind)
         self.root = root
         self.kind = kind
         self._prefix = f"{vendor}-{cls}_"

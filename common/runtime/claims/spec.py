@@ -34,9 +34,9 @@ from topodra.common.cdi.spec import (
     kind_version,
     name_version,
     newest,
+    split_kind,
     validate_device_name,
     validate_edits,
-    validate_vendor_or_class,
 )
 from topodra.common.runtime.checkpoint import (
     ClaimRecord,
@@ -111,11 +111,7 @@ class ClaimSpecs:
     """
 
     def __init__(self, kind: str, driver_name: str) -> None:
-        vendor, sep, cls = kind.partition("/")
-        if not sep:
-            raise SpecError(f"CDI kind {kind!r} must be vendor/class")
-        validate_vendor_or_class(vendor, "vendor")
-        validate_vendor_or_class(cls, "class")
+        split_kind(kind)
         self.kind = kind
         self.driver_name = driver_name
         self._record = f"{record_variable(driver_name)}="

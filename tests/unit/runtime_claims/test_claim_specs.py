@@ -19,38 +19,17 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from topodra.common.cdi.edits import ContainerEdits, DeviceNode, Hook, Mount, NetDevice
+from topodra.common.cdi.edits import ContainerEdits, Hook, Mount
 from topodra.common.cdi.spec import CdiWriter, SpecDevice, SpecError, build_spec
 from topodra.common.runtime.checkpoint import ClaimRecord, Phase, allocated_to_json
 from topodra.common.runtime.claims import spec
 from topodra.common.runtime.claims.manager import with_phase
 from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, Preparation, PreparedDevice
 
+from tests.unit.runtime_claims.test_cdi_spec import _edits  # the CDI edits a driver may return
+
 DRIVER = "test.topodra.io"
 
-_path = st.text(alphabet="abcXYZ019/_-.", min_size=1, max_size=8).map(lambda s: "/" + s)
-_edits = st.builds(
-    ContainerEdits,
-    env=st.lists(st.from_regex(r"[A-Z]{1,4}=[a-z0-9 ]{0,5}", fullmatch=True), max_size=3).map(tuple),
-    device_nodes=st.lists(
-        st.builds(
-            DeviceNode,
-            path=_path,
-            host_path=st.none() | _path,
-            type=st.none() | st.sampled_from(["c", "b"]),
-            major=st.none() | st.integers(0, 255),
-        ),
-        max_size=2,
-    ).map(tuple),
-    mounts=st.lists(st.builds(Mount, _path, _path, st.just(()), st.none() | st.just("bind")), max_size=1).map(
-        tuple
-    ),
-    hooks=st.lists(st.builds(Hook, st.sampled_from(["createRuntime", "poststop"]), _path), max_size=1).map(
-        tuple
-    ),
-    net_devices=st.lists(st.builds(NetDevice, st.just("eth1"), st.just("net1")), max_size=1).map(tuple),
-    additional_gids=st.lists(st.integers(1, 65535), max_size=1).map(tuple),
-)
 _uid = st.uuids(version=4).map(str)  # about one in three starts with a letter: cdiVersion 0.3.0 possible
 _allocated = st.builds(
     AllocatedDevice,
