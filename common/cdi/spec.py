@@ -346,8 +346,11 @@ def atomic_write(
         fsync_dir(folder or ".")
 
 
-# what `json.dumps(spec, sort_keys=True)` gives; the encoder keeps no state between calls
-_encode_spec = json.JSONEncoder(sort_keys=True).encode
+# Canonical JSON: sorted keys, no whitespace (what `json.dumps(x, sort_keys=True,
+# separators=(",", ":"))` gives, through one encoder made once: json.dumps with arguments builds
+# a new one per call; it keeps no state between calls). A claim's spec file holds exactly this
+# text, and so does the checkpoint's copy of it, so the claim core encodes each spec once.
+canonical_json = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
 
 class CdiWriter:
@@ -392,20 +395,22 @@ class CdiWriter:
         self.put(spec_id, spec)
         return self.path(spec_id)
 
-    def put(self, spec_id: str, spec: Mapping[str, Any]) -> None:
-        """One line of JSON, sorted keys: json's C encoder makes it (`indent=` would switch to the
-        pure-Python encoder, which cost more than the rest of the write; two writes per claim),
-        through one encoder made once (`json.dumps` builds a new one per call). No Path made:
-        the claim core calls this twice per prepare."""
+    def put(self, spec_id: str, spec: Mapping[str, Any]) -> str:
+        """One line of `canonical_json` (json's C encoder; `indent=` would switch to the
+        pure-Python encoder, which cost more than the rest of the write; two writes per claim).
+        Answers that text (without the newline), which the claim core's checkpoint keeps instead
+        of encoding the spec again. No Path made: the claim core calls this twice per prepare."""
         if spec.get("kind") != self.kind:
             raise SpecError(f"spec kind {spec.get('kind')!r} is not this writer's {self.kind!r}")
         path = self._file(spec_id)
-        data = _encode_spec(spec).encode() + b"\n"
+        text = canonical_json(spec)
+        data = text.encode() + b"\n"
         try:
             atomic_write(path, data, durable=False)
         except FileNotFoundError:  # the folder is made on the first write (and after a removal)
             self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
             atomic_write(path, data, durable=False)
+        return text
 
     def read(self, spec_id: str) -> dict[str, Any] | None:
         try:

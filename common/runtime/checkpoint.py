@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from topodra.common import logs
-from topodra.common.cdi.spec import atomic_write, edits_from_cdi, edits_to_cdi
+from topodra.common.cdi.spec import atomic_write, canonical_json, edits_from_cdi, edits_to_cdi
 from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, Preparation, PreparedDevice
 from topodra.common.runtime.names import is_dns_subdomain
 from topodra.common.runtime.seams import ResultDevice
@@ -92,6 +92,12 @@ class ClaimRecord:
     preparation: Preparation | None = None
     result: tuple[ResultDevice, ...] = ()
     cdi_spec: Mapping[str, Any] = field(default_factory=dict)
+    # The canonical JSON of the fields a phase change keeps ("allocated", "preparation",
+    # "result", "cdiSpec"), made at most once and shared by the copies `with_phase` makes of this
+    # record (the record's fields never change: see `Checkpoint.save`). The claim core seeds it
+    # with the texts it already has (the spec file's, the devices' of the spec's record), so a
+    # prepare and its unprepare encode the preparation once and the spec and devices not again.
+    encoded: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def known_preparation(self) -> Preparation:
         """What unprepare gets: the driver's answer, or (started only) just the allocated devices."""
@@ -211,7 +217,7 @@ def record_from_json(d: Mapping[str, Any]) -> ClaimRecord:
 
 def _canonical(value: Any) -> str:
     """The JSON the checksum is defined over: sorted keys, no spaces (json's C encoder)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return canonical_json(value)
 
 
 def _checksum(driver: str, claims: Mapping[str, Any], sequence: int | None, version: int) -> str:
@@ -251,8 +257,35 @@ _FORMAT_JSON = _canonical(FORMAT)
 
 
 def _member(uid: str, rec: ClaimRecord) -> bytes:
-    """`"<uid>":<record JSON>`, one claim's part of the canonical document."""
-    return f"{_canonical(uid)}:{_canonical(record_to_json(rec))}".encode()
+    """`"<uid>":<record JSON>`, one claim's part of the canonical document: the text of
+    `_canonical(record_to_json(rec))` (a test holds them equal), its keys written in sorted
+    order around the parts `rec.encoded` keeps."""
+    enc = rec.encoded
+    allocated = enc.get("allocated")
+    if allocated is None:
+        allocated = enc["allocated"] = canonical_json([allocated_to_json(a) for a in rec.allocated])
+    claim = rec.claim
+    completed = rec.phase is Phase.COMPLETED
+    parts = [canonical_json(uid), ':{"allocated":', allocated, ',"cdiFile":', canonical_json(rec.cdi_file)]
+    if completed:
+        spec = enc.get("cdiSpec")
+        if spec is None:
+            spec = enc["cdiSpec"] = canonical_json(dict(rec.cdi_spec))
+        parts += (',"cdiSpec":', spec)
+    parts += (',"name":', canonical_json(claim.name), ',"namespace":', canonical_json(claim.namespace))
+    parts += (',"phase":', canonical_json(rec.phase.value))
+    if rec.preparation is not None:
+        prep = enc.get("preparation")
+        if prep is None:
+            prep = enc["preparation"] = canonical_json(preparation_to_json(rec.preparation))
+        parts += (',"preparation":', prep)
+    if completed:
+        result = enc.get("result")
+        if result is None:
+            result = enc["result"] = canonical_json([_result_to_json(x) for x in rec.result])
+        parts += (',"result":', result)
+    parts += (',"uid":', canonical_json(claim.uid), "}")
+    return "".join(parts).encode()
 
 
 def _boot_id() -> str:

@@ -63,7 +63,7 @@ def with_phase(rec: ClaimRecord, phase: Phase) -> ClaimRecord:
     """`dataclasses.replace(rec, phase=phase)` without its generic walk over the fields (once per
     claim unprepared); a test keeps it in step with ClaimRecord's fields."""
     return ClaimRecord(
-        rec.claim, phase, rec.allocated, rec.cdi_file, rec.preparation, rec.result, rec.cdi_spec
+        rec.claim, phase, rec.allocated, rec.cdi_file, rec.preparation, rec.result, rec.cdi_spec, rec.encoded
     )
 
 
@@ -431,7 +431,7 @@ class ClaimManager:
                 # never change once checkpointed (the checkpoint caches each record's encoding)
                 prep = Preparation(prep.devices, prep.claim_edits, spec.copy_state(prep.state))
                 doc, result = specs.final(c.claim, c.allocated, prep)
-                self._cdi.put(c.claim.uid, doc)
+                doc_json = self._cdi.put(c.claim.uid, doc)
             except Exception as e:
                 message = driver_message(c.claim, e, self._log)
                 self._log.warning(f"prepare failed: {message}", **logs.claim(c.claim), error=message)
@@ -446,6 +446,7 @@ class ClaimManager:
                 preparation=prep,
                 result=result,
                 cdi_spec=doc,
+                encoded={"cdiSpec": doc_json, "allocated": specs.allocated_json(c.allocated)},
             )
             self._records.put(c.claim.uid, rec)
             done.append(rec)

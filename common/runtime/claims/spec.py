@@ -28,6 +28,7 @@ from typing import Any
 
 from topodra.common.cdi.spec import (
     SpecError,
+    canonical_json,
     edits_from_cdi,
     edits_to_cdi,
     edits_version,
@@ -67,8 +68,7 @@ def device_name(claim: ClaimRef, a: AllocatedDevice) -> str:
     return f"{claim.uid}-{a.device}" + (f"-{a.share_id}" if a.share_id else "")
 
 
-# the canonical JSON of the record (sorted keys, no spaces); the encoder keeps no state between calls
-_encode = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+_encode = canonical_json  # the record's JSON: sorted keys, no spaces
 
 
 def copy_state(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -129,19 +129,23 @@ class ClaimSpecs:
             marker = self._markers[device] = f"{self._marker}{env_token(device)}="
         return marker
 
+    def allocated_json(self, allocated: Sequence[AllocatedDevice]) -> str:
+        """The canonical JSON of the devices, made once per claim: both specs and the checkpoint's
+        record are asked for it with the very same tuple (a tuple of frozen values; a list
+        could change between)."""
+        last = self._allocated
+        if last is not None and last[0] is allocated:
+            return last[1]
+        devices = _encode([allocated_to_json(a) for a in allocated])
+        if type(allocated) is tuple:
+            self._allocated = (allocated, devices)
+        return devices
+
     def _record_env(
         self, phase: Phase, claim: ClaimRef, allocated: Sequence[AllocatedDevice], state: Mapping[str, Any]
     ) -> str:
-        """`<record variable>=<canonical JSON of the record>`, the keys written in sorted order.
-        The devices' JSON is made once per claim: the final spec is asked for with the very same
-        tuple as the provisional one (a tuple of frozen values; a list could change between)."""
-        last = self._allocated
-        if last is not None and last[0] is allocated:
-            devices = last[1]
-        else:
-            devices = _encode([allocated_to_json(a) for a in allocated])
-            if type(allocated) is tuple:
-                self._allocated = (allocated, devices)
+        """`<record variable>=<canonical JSON of the record>`, the keys written in sorted order."""
+        devices = self.allocated_json(allocated)
         return (
             f'{self._record}{{"allocated":{devices},'
             f'"name":{_encode(claim.name)},"namespace":{_encode(claim.namespace)},'

@@ -1,6 +1,7 @@
 """The claim core's two specs per claim (claims/spec.py `ClaimSpecs`) are exactly what the general
 CDI builder (`build_spec`) makes of the same devices and edits, written as `json.dumps` would
-write them; and the claim core's record copies keep every field.
+write them; the checkpoint encodes the claim's record from the texts kept of it as it would
+without them; and the claim core's record copies keep every field.
 
 `ClaimSpecs` makes once per driver what `build_spec` redid per spec (kind checks, variable names,
 markers) and checks per claim only what may be wrong (the driver's edits, the device names): these
@@ -21,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from topodra.common.cdi.edits import ContainerEdits, Hook, Mount
 from topodra.common.cdi.spec import CdiWriter, SpecDevice, SpecError, build_spec
-from topodra.common.runtime.checkpoint import ClaimRecord, Phase, allocated_to_json
+from topodra.common.runtime.checkpoint import ClaimRecord, Phase, _member, allocated_to_json, record_to_json
 from topodra.common.runtime.claims import spec
 from topodra.common.runtime.claims.manager import with_phase
 from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, Preparation, PreparedDevice
@@ -127,10 +128,19 @@ def test_both_specs_are_what_the_general_builder_makes(
     final, results = specs.final(claim, held, prep)
     assert final == general_final(kind, claim, allocated, prep)
     assert results == spec.results(kind, claim, allocated)
-    # and written as json.dumps writes it
-    assert json.dumps(final, sort_keys=True) == spec_bytes(kind, claim.uid, final)
-    # what a restart reads back from each
+    # and written as json.dumps writes canonical JSON, the text put answers
+    written = spec_bytes(kind, claim.uid, final)
+    assert canonical(final) == written
+    # the checkpoint's record of it, seeded as the claim core seeds it (the spec's text, the
+    # devices' text of the specs' record), is encoded as if nothing had been kept, in both phases
+    devices_json = specs.allocated_json(held)
+    assert devices_json == canonical([allocated_to_json(a) for a in allocated])
     file_name = CdiWriter(Path("/nonexistent"), kind).file_name(uid)
+    seeded = {"cdiSpec": written, "allocated": devices_json}
+    done = ClaimRecord(claim, Phase.COMPLETED, held, file_name, prep, results, final, seeded)
+    for rec in (done, with_phase(done, Phase.STARTED), ClaimRecord(claim, Phase.STARTED, held, file_name)):
+        assert _member(uid, rec) == f"{canonical(uid)}:{canonical(record_to_json(rec))}".encode()
+    # what a restart reads back from each
     back = spec.record_from_spec(kind, DRIVER, uid, file_name, provisional)
     assert back is not None and back.phase is Phase.STARTED and back.allocated == tuple(allocated)
     back = spec.record_from_spec(kind, DRIVER, uid, file_name, json.loads(json.dumps(final)))
@@ -138,14 +148,18 @@ def test_both_specs_are_what_the_general_builder_makes(
     assert back.preparation.state == prep.state
 
 
+def canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
 def spec_bytes(kind: str, spec_id: str, doc: dict[str, object]) -> str:
-    """What CdiWriter.put writes for `doc`, less the closing newline."""
+    """What CdiWriter.put writes for `doc`, less the closing newline (which is what it answers)."""
     with tempfile.TemporaryDirectory() as tmp:
         w = CdiWriter(Path(tmp), kind)
-        w.put(spec_id, doc)
+        answered = w.put(spec_id, doc)
         text = (Path(tmp) / w.file_name(spec_id)).read_text()
-    assert text.endswith("\n")
-    return text[:-1]
+    assert text == answered + "\n"
+    return answered
 
 
 @pytest.mark.parametrize(
