@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,13 +76,40 @@ def export(rev: str, into: Path) -> Path:
     return shim.parent
 
 
-def run(path: Path | None, batch: int, rounds: int, hold: int) -> float:
+def run_code(path: Path | None, code: str) -> float:
+    """`code` in a fresh interpreter, with `path` (from `export`) first on PYTHONPATH: its figure."""
     env = dict(os.environ)
     if path is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(path), env.get("PYTHONPATH"))))
-    code = CHILD.format(hack=str(REPO / "hack"), batch=batch, rounds=rounds, hold=hold)
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
     return float(out.stdout.strip())
+
+
+def alternate(
+    against: str | None, runs: int, one: Callable[[Path | None], float]
+) -> tuple[dict[str, list[float]], list[float]]:
+    """`one` run by run for this tree and, with `against`, that commit's claim core in turn: the
+    figures of each side and the load average after each pair of runs."""
+    with tempfile.TemporaryDirectory(prefix="cc-rev-") as tmp:
+        sides: dict[str, Path | None] = {"this tree": None}
+        if against:
+            sides = {against: export(against, Path(tmp)), "this tree": None}
+        seen: dict[str, list[float]] = {name: [] for name in sides}
+        loads = []
+        for _ in range(runs):
+            for name, path in sides.items():
+                seen[name].append(one(path))
+            loads.append(os.getloadavg()[0])
+    return seen, loads
+
+
+def report(seen: dict[str, list[float]], against: str | None, unit: str, digits: int) -> None:
+    for name, values in seen.items():
+        each = " ".join(f"{v:.{digits}f}" for v in values)
+        print(f"  {name:>12}: median {statistics.median(values):.{digits}f} {unit}  ({each})")
+    if against:
+        ratio = statistics.median(seen["this tree"]) / statistics.median(seen[against])
+        print(f"  this tree / {against}: {ratio:.2f}x")
 
 
 def main() -> None:
@@ -94,26 +122,13 @@ def main() -> None:
     args = ap.parse_args()
     if 64 % args.batch:
         ap.error("--batch must divide 64")
-    with tempfile.TemporaryDirectory(prefix="cc-rev-") as tmp:
-        sides: dict[str, Path | None] = {"this tree": None}
-        if args.against:
-            sides = {args.against: export(args.against, Path(tmp)), "this tree": None}
-        seen: dict[str, list[float]] = {name: [] for name in sides}
-        loads = []
-        for _ in range(args.runs):
-            for name, path in sides.items():
-                seen[name].append(run(path, args.batch, args.rounds, args.hold))
-            loads.append(os.getloadavg()[0])
+    code = CHILD.format(hack=str(REPO / "hack"), batch=args.batch, rounds=args.rounds, hold=args.hold)
+    seen, loads = alternate(args.against, args.runs, lambda path: run_code(path, code))
     print(
         f"claim core CPU per prepare+unprepare, {args.batch} claims per call, {args.hold} claims held, "
         f"{args.runs} runs per side"
     )
-    for name, values in seen.items():
-        each = " ".join(f"{v:.3f}" for v in values)
-        print(f"  {name:>12}: median {statistics.median(values):.3f} ms  ({each})")
-    if args.against:
-        ratio = statistics.median(seen["this tree"]) / statistics.median(seen[args.against])
-        print(f"  this tree / {args.against}: {ratio:.2f}x")
+    report(seen, args.against, "ms", 3)
     print(f"  load average (1 min) during the runs: {min(loads):.2f}-{max(loads):.2f}")
 
 

@@ -17,15 +17,11 @@ alternating the two, and prints their ratio.
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from claim_core_cpu import REPO, export
+from claim_core_cpu import REPO, alternate, report, run_code
 
 CHILD = """
 import gc, sys, tempfile, tracemalloc, uuid
@@ -52,36 +48,16 @@ with tempfile.TemporaryDirectory(prefix="cm-") as tmp, \\
 """
 
 
-def run(path: Path | None, hold: int) -> float:
-    env = dict(os.environ)
-    if path is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(path), env.get("PYTHONPATH"))))
-    code = CHILD.format(hack=str(REPO / "hack"), hold=hold)
-    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
-    return float(out.stdout.strip())
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hold", type=int, default=1000, help="claims prepared and held")
     ap.add_argument("--runs", type=int, default=3, help="fresh processes per side")
     ap.add_argument("--against", metavar="REV", help="also run this commit's claim core, interleaved")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="cm-rev-") as tmp:
-        sides: dict[str, Path | None] = {"this tree": None}
-        if args.against:
-            sides = {args.against: export(args.against, Path(tmp)), "this tree": None}
-        seen: dict[str, list[float]] = {name: [] for name in sides}
-        for _ in range(args.runs):
-            for name, path in sides.items():
-                seen[name].append(run(path, args.hold))
+    code = CHILD.format(hack=str(REPO / "hack"), hold=args.hold)
+    seen, _ = alternate(args.against, args.runs, lambda path: run_code(path, code))
     print(f"claim core memory per claim held ({args.hold} held, tracemalloc), {args.runs} runs per side")
-    for name, values in seen.items():
-        each = " ".join(f"{v:.0f}" for v in values)
-        print(f"  {name:>12}: median {statistics.median(values):.0f} bytes  ({each})")
-    if args.against:
-        ratio = statistics.median(seen["this tree"]) / statistics.median(seen[args.against])
-        print(f"  this tree / {args.against}: {ratio:.2f}x")
+    report(seen, args.against, "bytes", 0)
 
 
 if __name__ == "__main__":
