@@ -216,13 +216,8 @@ def record_from_json(d: Mapping[str, Any]) -> ClaimRecord:
     )
 
 
-def _canonical(value: Any) -> str:
-    """The JSON the checksum is defined over: sorted keys, no spaces (json's C encoder)."""
-    return canonical_json(value)
-
-
 def _checksum(driver: str, claims: Mapping[str, Any], sequence: int | None, version: int) -> str:
-    return _signature(driver, _canonical(claims).encode(), sequence=sequence, version=version)
+    return _signature(driver, canonical_json(claims).encode(), sequence=sequence, version=version)
 
 
 def _signature(driver: str, *claims_json: bytes, sequence: int | None = None, version: int = VERSION) -> str:
@@ -241,7 +236,7 @@ def _signature(driver: str, *claims_json: bytes, sequence: int | None = None, ve
 def _fixed(driver: str, boot_id: str) -> tuple[str, bytes]:
     """What depends only on the driver and the boot (the driver's JSON, the file's head up to the
     checksum): made once, not by JSON encodings per save."""
-    return _canonical(driver), f'{{"bootID":{_canonical(boot_id)},"checksum":"'.encode()
+    return canonical_json(driver), f'{{"bootID":{canonical_json(boot_id)},"checksum":"'.encode()
 
 
 def _tails(driver: str, sequence: int | None, version: int = VERSION) -> tuple[bytes, bytes]:
@@ -254,23 +249,28 @@ def _tails(driver: str, sequence: int | None, version: int = VERSION) -> tuple[b
     )
 
 
-_FORMAT_JSON = _canonical(FORMAT)
+_FORMAT_JSON = canonical_json(FORMAT)
+
+
+def devices_json(allocated: Iterable[AllocatedDevice]) -> str:
+    """The canonical JSON of a record's allocated devices (the checkpoint's and the spec's)."""
+    return canonical_json([allocated_to_json(a) for a in allocated])
 
 
 def _member(uid: str, rec: ClaimRecord) -> bytes:
     """`"<uid>":<record JSON>`, one claim's part of the canonical document: the text of
-    `_canonical(record_to_json(rec))` (a test holds them equal), its keys written in sorted
+    `canonical_json(record_to_json(rec))` (a test holds them equal), its keys written in sorted
     order around the parts `rec.encoded` keeps. A completed record's member is made once (the
     checkpoint keeps it per record object), so the spec's text is dropped once used: kept, it
     cost ~1.2 KB more per claim held; the devices and the preparation stay for the started copy."""
     enc = rec.encoded
     allocated = enc.get("allocated")
     if allocated is None:
-        allocated = enc["allocated"] = canonical_json([allocated_to_json(a) for a in rec.allocated])
+        allocated = enc["allocated"] = devices_json(rec.allocated)
     claim = rec.claim
     completed = rec.phase is Phase.COMPLETED
     parts = [canonical_json(uid), ':{"allocated":', allocated, ',"cdiFile":', canonical_json(rec.cdi_file)]
-    if completed:  # its texts only a completed member has: given up once used (see below)
+    if completed:  # the spec's text is given up once used (see the docstring)
         spec = enc.pop("cdiSpec", None)
         if spec is None:
             spec = canonical_json(dict(rec.cdi_spec))
@@ -391,7 +391,7 @@ def newest(state_dir: Path, driver: str) -> tuple[Path, dict[str, Any]] | None:
             best = (sequence, path, doc)
     if best is not None:
         return best[1], best[2]
-    legacy = state_dir / f"{driver}.checkpoint.json"
+    legacy = legacy_path(state_dir, driver)
     try:
         return legacy, _verified(driver, legacy.read_bytes())
     except (OSError, _Corrupt):
@@ -407,6 +407,11 @@ def slot_size(length: int) -> int:
 
 def slot_paths(state_dir: Path, driver: str) -> tuple[Path, Path]:
     return (state_dir / f"{driver}.checkpoint-a.json", state_dir / f"{driver}.checkpoint-b.json")
+
+
+def legacy_path(state_dir: Path, driver: str) -> Path:
+    """The single file of earlier versions; this version's marker once a slot is synced."""
+    return state_dir / f"{driver}.checkpoint.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,7 +454,7 @@ class Checkpoint:
         self.driver = driver_name
         self.slots = slot_paths(state_dir, driver_name)
         self._slot_names = tuple(os.fspath(p) for p in self.slots)
-        self.legacy_path = state_dir / f"{driver_name}.checkpoint.json"
+        self.legacy_path = legacy_path(state_dir, driver_name)
         self.legacy_prev_path = state_dir / f"{driver_name}.checkpoint-prev.json"
         self.lock_path = state_dir / f"{driver_name}.lock"
         self._lock_timeout = lock_timeout
@@ -730,7 +735,7 @@ class Checkpoint:
             "note": f"this driver's checkpoint is in {names}; versions before {VERSION} refuse this file",
             "version": VERSION,
         }
-        return (_canonical(doc) + "\n").encode()
+        return (canonical_json(doc) + "\n").encode()
 
     def _mark(self) -> None:
         """Once a slot is durable, `<driver>.checkpoint.json` (the single file of earlier versions)

@@ -9,7 +9,7 @@ by a record stays found until that record leaves.
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 
 from topodra.common.runtime.checkpoint import ClaimRecord
 
@@ -77,8 +77,8 @@ class Held(Mapping[str, ClaimRecord]):
             self._forget(uid, rec)
         return rec
 
-    def update(self, records: Mapping[str, ClaimRecord] | Iterable[tuple[str, ClaimRecord]]) -> None:
-        for uid, rec in records.items() if isinstance(records, Mapping) else records:
+    def update(self, records: Mapping[str, ClaimRecord]) -> None:
+        for uid, rec in records.items():
             self.put(uid, rec)
 
     def _forget(self, uid: str, rec: ClaimRecord) -> None:

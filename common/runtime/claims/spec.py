@@ -43,7 +43,7 @@ from topodra.common.runtime.checkpoint import (
     ClaimRecord,
     Phase,
     allocated_from_json,
-    allocated_to_json,
+    devices_json,
 )
 from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, Preparation, PreparedDevice, PrepareError
 from topodra.common.runtime.names import is_dns_label, is_uid, main_request
@@ -68,15 +68,12 @@ def device_name(claim: ClaimRef, a: AllocatedDevice) -> str:
     return f"{claim.uid}-{a.device}" + (f"-{a.share_id}" if a.share_id else "")
 
 
-_encode = canonical_json  # the record's JSON: sorted keys, no spaces
-
-
 def copy_state(state: Mapping[str, Any]) -> dict[str, Any]:
     """The driver's state as a restart reads it back (JSON data, its own copy): what the record
     keeps, and must never change once checkpointed (the checkpoint caches each record's encoding).
     Raises TypeError or ValueError for what is not JSON data."""
     raw = dict(state)
-    copied: dict[str, Any] = json.loads(_encode(raw)) if raw else {}
+    copied: dict[str, Any] = json.loads(canonical_json(raw)) if raw else {}
     return copied
 
 
@@ -136,7 +133,7 @@ class ClaimSpecs:
         last = self._allocated
         if last is not None and last[0] is allocated:
             return last[1]
-        devices = _encode([allocated_to_json(a) for a in allocated])
+        devices = devices_json(allocated)
         if type(allocated) is tuple:
             self._allocated = (allocated, devices)
         return devices
@@ -148,9 +145,9 @@ class ClaimSpecs:
         devices = self.allocated_json(allocated)
         return (
             f'{self._record}{{"allocated":{devices},'
-            f'"name":{_encode(claim.name)},"namespace":{_encode(claim.namespace)},'
-            f'"phase":{_encode(phase.value)},"state":{_encode(state) if state else "{}"},'
-            f'"uid":{_encode(claim.uid)}}}'
+            f'"name":{canonical_json(claim.name)},"namespace":{canonical_json(claim.namespace)},'
+            f'"phase":{canonical_json(phase.value)},"state":{canonical_json(state) if state else "{}"},'
+            f'"uid":{canonical_json(claim.uid)}}}'
         )
 
     def _document(
