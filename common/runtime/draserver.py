@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-import grpc
 from topodra.common import logs
-from topodra.common.runtime import grpcglue, metrics
+from topodra.common.runtime import metrics
 from topodra.common.runtime.driver import ClaimRef
+from topodra.common.runtime.grpcserver.connection import Method
+from topodra.common.runtime.grpcserver.service import methods
 from topodra.common.runtime.seams import ClaimOutcome, ClaimProcessor
 from topodra.proto.dra.v1 import api_pb2 as v1
 from topodra.proto.dra.v1beta1 import api_pb2 as v1beta1
@@ -78,14 +79,14 @@ class DRAServicer:
         self._operations: dict[str, Any] = {}
         self._durations: dict[tuple[str, str], Any] = {}
 
-    def handlers(self) -> list[grpc.GenericRpcHandler[Any, Any]]:
-        out: list[grpc.GenericRpcHandler[Any, Any]] = []
+    def methods(self) -> dict[str, Method]:
+        out: dict[str, Method] = {}
         for version, pb in VERSIONS.items():
             impl = {
                 "NodePrepareResources": self._bind(self.prepare, pb, version),
                 "NodeUnprepareResources": self._bind(self.unprepare, pb, version),
             }
-            out.append(grpcglue.service_handler(pb.DESCRIPTOR.services_by_name["DRAPlugin"], impl))
+            out.update(methods(pb.DESCRIPTOR.services_by_name["DRAPlugin"], impl))
         return out
 
     @staticmethod

@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
-import grpc
 from topodra.common import logs
 from topodra.common.inventory.compose import DeviceStatus
 from topodra.common.inventory.inventory import Inventory, Snapshot
-from topodra.common.runtime import grpcglue, metrics
+from topodra.common.runtime import metrics
+from topodra.common.runtime.grpcserver.connection import CallContext, Method
+from topodra.common.runtime.grpcserver.service import methods
 from topodra.proto.dra_health.v1 import api_pb2 as v1
 from topodra.proto.dra_health.v1alpha1 import api_pb2 as v1alpha1
 
@@ -83,7 +84,7 @@ class HealthStream:
             ]
         )
 
-    def watch(self, pb: ModuleType, context: grpc.ServicerContext) -> Iterator[Any]:
+    def watch(self, pb: ModuleType, context: CallContext) -> Iterator[Any]:
         """Yield full snapshots until the client goes away or the monitor stops."""
         done = threading.Event()
 
@@ -117,14 +118,16 @@ class HealthStream:
             self._cond.wait_for(ready, timeout=self.resend_interval)
             return self._generation
 
-    def handlers(self) -> list[grpc.GenericRpcHandler[Any, Any]]:
-        return [
-            grpcglue.service_handler(
-                pb.DESCRIPTOR.services_by_name["DRAResourceHealth"],
-                {"NodeWatchResources": self._bind(pb)},
+    def methods(self) -> dict[str, Method]:
+        out: dict[str, Method] = {}
+        for pb in VERSIONS.values():
+            out.update(
+                methods(
+                    pb.DESCRIPTOR.services_by_name["DRAResourceHealth"],
+                    {"NodeWatchResources": self._bind(pb)},
+                )
             )
-            for pb in VERSIONS.values()
-        ]
+        return out
 
-    def _bind(self, pb: ModuleType) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
+    def _bind(self, pb: ModuleType) -> Callable[[Any, CallContext], Iterator[Any]]:
         return lambda request, context: self.watch(pb, context)

@@ -18,18 +18,18 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable, Sequence
-from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import grpc
 from topodra.common import logs
 from topodra.common.device import Device
 from topodra.common.inventory import DevicesTo, Inventory
 from topodra.common.runtime import capabilities, sockets
 from topodra.common.runtime.draserver import DRAServicer
 from topodra.common.runtime.driver import Driver
+from topodra.common.runtime.grpcserver.connection import Method
+from topodra.common.runtime.grpcserver.server import GrpcServer
 from topodra.common.runtime.health import HealthStream
 from topodra.common.runtime.registration import RegistrationServicer
 from topodra.common.runtime.seams import ClaimProcessor
@@ -66,7 +66,7 @@ def plugin_dir(driver_name: str, options: PluginOptions) -> Path:
 
 @dataclass(slots=True)
 class _Server:
-    server: grpc.Server
+    server: GrpcServer
     socket: sockets.OwnedSocket
 
 
@@ -130,12 +130,12 @@ class Plugin:
                 self.health.start()
                 self._dra_server = self._listen(
                     self.dra_socket,
-                    [*self.dra.handlers(), *self.health.handlers()],
+                    {**self.dra.methods(), **self.health.methods()},
                     self.options.grpc_workers,
                 )
                 if self.publisher is not None:
                     self.publisher.start()
-                self._reg_server = self._listen(self.registration_socket, [self.registration.handler()], 2)
+                self._reg_server = self._listen(self.registration_socket, self.registration.methods(), 2)
             except BaseException:
                 self._stop_locked()
                 raise
@@ -160,7 +160,7 @@ class Plugin:
             if attr == "_dra_server":
                 self.health.stop()
             running.socket.remove()
-            running.server.stop(self.options.stop_grace).wait()
+            running.server.stop(self.options.stop_grace)
             running.socket.remove()
             setattr(self, attr, None)
         self.health.stop()
@@ -172,18 +172,14 @@ class Plugin:
                 self._log.exception("publisher failed to stop")
         self._log.info("plugin stopped")
 
-    def _listen(self, path: Path, handlers: list[grpc.GenericRpcHandler[Any, Any]], workers: int) -> _Server:
+    def _listen(self, path: Path, routes: dict[str, Method], workers: int) -> _Server:
         with sockets.owner_only():
             path.parent.mkdir(parents=True, exist_ok=True)
         if sockets.remove_stale(path):
             self._log.warning("removed stale socket", socket=str(path))
-        server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"grpc-{path.name}"),
-            handlers=handlers,
-            options=[("grpc.so_reuseport", 0)],
-        )
-        with sockets.grpc_address(path) as address, sockets.owner_only():
-            server.add_insecure_port(address)
+        server = GrpcServer(path.name, routes, workers)
+        with sockets.owner_only():
+            server.listen(path)
         owned = sockets.OwnedSocket.record(path)
         server.start()
         return _Server(server, owned)

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import grpc
 from topodra.common import logs
-from topodra.common.runtime import grpcglue, metrics
+from topodra.common.runtime import metrics
+from topodra.common.runtime.grpcserver.connection import CallContext, Method
+from topodra.common.runtime.grpcserver.service import methods
 from topodra.proto.pluginregistration.v1 import api_pb2 as pb
 
 PLUGIN_TYPE = "DRAPlugin"
@@ -58,23 +57,16 @@ class RegistrationServicer:
             self._changed.wait_for(lambda: self._status is not None and self._status.registered, timeout)
             return self._status is not None and self._status.registered
 
-    def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
-        impl: dict[str, Callable[..., Any]] = {
-            "GetInfo": self.get_info,
-            "NotifyRegistrationStatus": self.notify,
-        }
-        handler: grpc.GenericRpcHandler[Any, Any] = grpcglue.service_handler(SERVICE, impl)
-        return handler
+    def methods(self) -> dict[str, Method]:
+        return methods(SERVICE, {"GetInfo": self.get_info, "NotifyRegistrationStatus": self.notify})
 
-    def get_info(self, request: pb.InfoRequest, context: grpc.ServicerContext) -> pb.PluginInfo:
+    def get_info(self, request: pb.InfoRequest, context: CallContext) -> pb.PluginInfo:
         self._log.debug("kubelet asked for plugin info", endpoint=str(self.endpoint))
         return pb.PluginInfo(
             type=PLUGIN_TYPE, name=self.driver, endpoint=str(self.endpoint), supported_versions=self.versions
         )
 
-    def notify(
-        self, request: pb.RegistrationStatus, context: grpc.ServicerContext
-    ) -> pb.RegistrationStatusResponse:
+    def notify(self, request: pb.RegistrationStatus, context: CallContext) -> pb.RegistrationStatusResponse:
         status = RegistrationStatus(request.plugin_registered, request.error, time.time())
         with self._changed:
             self._status = status

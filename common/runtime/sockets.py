@@ -13,7 +13,6 @@ import hashlib
 import os
 import re
 import stat
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -113,35 +112,6 @@ def owner_only() -> Iterator[None]:
             yield
         finally:
             os.umask(old)
-
-
-@contextmanager
-def grpc_address(path: Path) -> Iterator[str]:
-    """The `unix:` address gRPC should bind for `path`, valid inside the `with` block.
-
-    The address goes through a short private symlink to the socket's folder, removed after
-    binding. Two reasons: gRPC binds at most 107 bytes while the kubelet dials up to 108; and
-    gRPC unlinks the path it bound when it stops, which would delete the socket of an instance
-    that replaced us at the same path. Through the vanished symlink that unlink finds nothing;
-    `OwnedSocket.remove` does the removal, and only while the file is still ours.
-    """
-    check_length(path)
-    try:
-        tmp = tempfile.mkdtemp(prefix="topodra-", dir="/tmp" if os.path.isdir("/tmp") else None)
-    except OSError:  # read-only /tmp: bind directly, which works up to 107 bytes
-        tmp = None
-    if tmp is None:
-        if _length(path) > UNIX_PATH_MAX - 1:
-            raise SocketPathError(f"socket path {path} is 108 bytes and no temporary folder is writable")
-        yield f"unix:{path}"
-        return
-    link = Path(tmp) / "d"
-    try:
-        link.symlink_to(path.parent)
-        yield f"unix:{link / path.name}"
-    finally:
-        link.unlink(missing_ok=True)
-        os.rmdir(tmp)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,9 @@ from types import ModuleType
 from typing import Any
 
 import grpc
-from topodra.common.runtime import grpcglue
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+from topodra.common.runtime.grpcserver.service import method_path
 from topodra.proto.dra.v1 import api_pb2 as dra_v1
 from topodra.proto.dra.v1beta1 import api_pb2 as dra_v1beta1
 from topodra.proto.dra_health.v1 import api_pb2 as health_v1
@@ -34,6 +36,29 @@ GET_INFO_TIMEOUT = 1.0
 NOTIFY_TIMEOUT = 5.0
 DIAL_TIMEOUT = 10.0
 CALL_TIMEOUT = 45.0
+
+
+def unary_call(
+    channel: grpc.Channel, service: ServiceDescriptor, method: str
+) -> grpc.UnaryUnaryMultiCallable[Any, Any]:
+    """A grpcio client callable for a method of `service` (grpcio is the independent client here)."""
+    m = service.methods_by_name[method]
+    return channel.unary_unary(
+        method_path(service, method),
+        request_serializer=message_factory.GetMessageClass(m.input_type).SerializeToString,
+        response_deserializer=message_factory.GetMessageClass(m.output_type).FromString,
+    )
+
+
+def stream_call(
+    channel: grpc.Channel, service: ServiceDescriptor, method: str
+) -> grpc.UnaryStreamMultiCallable[Any, Any]:
+    m = service.methods_by_name[method]
+    return channel.unary_stream(
+        method_path(service, method),
+        request_serializer=message_factory.GetMessageClass(m.input_type).SerializeToString,
+        response_deserializer=message_factory.GetMessageClass(m.output_type).FromString,
+    )
 
 
 class RegistrationFailed(Exception):
@@ -111,8 +136,8 @@ class KubeletClient:
     def register(self, registration_socket: Path) -> Registered:
         channel = self._dial(registration_socket)
         service = reg_pb.DESCRIPTOR.services_by_name["Registration"]
-        get_info = grpcglue.unary_call(channel, service, "GetInfo")
-        notify = grpcglue.unary_call(channel, service, "NotifyRegistrationStatus")
+        get_info = unary_call(channel, service, "GetInfo")
+        notify = unary_call(channel, service, "NotifyRegistrationStatus")
         start = time.perf_counter()
         info = get_info(reg_pb.InfoRequest(), timeout=GET_INFO_TIMEOUT)
         elapsed = time.perf_counter() - start
@@ -151,7 +176,7 @@ class KubeletClient:
         if self._dra is None or self.registered is None:
             raise RuntimeError("register first")
         pb = DRA[version or self.registered.dra_version]
-        return grpcglue.unary_call(self._dra, pb.DESCRIPTOR.services_by_name["DRAPlugin"], method), pb
+        return unary_call(self._dra, pb.DESCRIPTOR.services_by_name["DRAPlugin"], method), pb
 
     def prepare(self, claims: Sequence[tuple[str, str, str]], version: str | None = None) -> Any:
         """claims: (namespace, name, uid); returns NodePrepareResourcesResponse."""
@@ -176,7 +201,7 @@ class KubeletClient:
         if chosen is None:
             raise RuntimeError("plugin advertises no health service")
         pb = HEALTH[chosen]
-        call = grpcglue.stream_call(
+        call = stream_call(
             self._dra, pb.DESCRIPTOR.services_by_name["DRAResourceHealth"], "NodeWatchResources"
         )
         stream: Any = call(pb.NodeWatchResourcesRequest(), timeout=timeout)

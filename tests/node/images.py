@@ -33,7 +33,8 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "topo
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = os.environ.get("TOPODRA_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # The Dockerfile's runtime packages, plus the interpreter its python:3.11 base image brings.
-# libstdc++6: grpcio's extension links it (the python image has it, Debian's essential set not).
+# libstdc++6: protobuf's and cel-expr-python's extensions link it (the python image has it,
+# Debian's essential set not).
 DEBIAN_PACKAGES = ("python3", "libstdc++6", "iproute2", "util-linux", "mount", "libudev1", "pci.ids")
 DEBIAN_PYTHON = "3.11"
 DEBIAN_GLIBC_MINOR = 36  # bookworm's glibc 2.36
