@@ -8,6 +8,7 @@ not even when the processor itself fails.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from types import ModuleType
@@ -16,9 +17,9 @@ from typing import Any
 from topodra.common import logs
 from topodra.common.runtime import metrics
 from topodra.common.runtime.driver import ClaimRef
-from topodra.common.runtime.grpcserver.connection import Method
+from topodra.common.runtime.grpcserver.connection import Deferred, Method
 from topodra.common.runtime.grpcserver.service import methods
-from topodra.common.runtime.seams import ClaimOutcome, ClaimProcessor
+from topodra.common.runtime.seams import AsyncClaimProcessor, ClaimOutcome, ClaimProcessor
 from topodra.proto.dra.v1 import api_pb2 as v1
 from topodra.proto.dra.v1beta1 import api_pb2 as v1beta1
 
@@ -73,6 +74,10 @@ class DRAServicer:
     def __init__(self, driver: str, processor: ClaimProcessor) -> None:
         self.driver = driver
         self.processor = processor
+        # answered from the thread that serves the claims; no gRPC worker waits per call
+        self._async: AsyncClaimProcessor | None = (
+            processor if isinstance(processor, AsyncClaimProcessor) else None
+        )
         self._log = logs.get(__name__, driver=driver)
         # each call's metric children, looked up on first use only (`labels()` takes a lock and
         # builds a key; made up front, series nobody called would be exported at zero)
@@ -97,27 +102,53 @@ class DRAServicer:
         start = time.perf_counter()
         refs, outcomes_err = claim_refs(request.claims)
         outcomes = {uid: ClaimOutcome(error=e) for uid, e in outcomes_err.items()}
-        outcomes.update(self._call("prepare", refs, self._prepare_all))
-        self._count("prepare", len(request.claims), [o.error for o in outcomes.values()])
-        response = prepare_response(pb, outcomes)
-        self._observe("NodePrepareResources", version, start, len(refs))
-        return response
+        n = len(request.claims)
+
+        def answer(got: dict[str, ClaimOutcome]) -> Any:
+            outcomes.update(self._prepared_all(refs, got))
+            self._count("prepare", n, [o.error for o in outcomes.values()])
+            response = prepare_response(pb, outcomes)
+            self._observe("NodePrepareResources", version, start, len(refs))
+            return response
+
+        if self._async is None or not refs:
+            return answer(self._call("prepare", refs, self._prepare_all))
+        deferred = Deferred()
+        self._call_async(
+            "prepare", refs, self._async.prepare_async, lambda got: deferred.resolve(answer(got))
+        )
+        return deferred
 
     def unprepare(self, request: Any, pb: ModuleType, version: str) -> Any:
         start = time.perf_counter()
         refs, errors = claim_refs(request.claims)
-        errors.update(self._call("unprepare", refs, self._unprepare_all))
-        self._count("unprepare", len(request.claims), list(errors.values()))
-        response = unprepare_response(pb, errors)
-        self._observe("NodeUnprepareResources", version, start, len(refs))
-        return response
+        n = len(request.claims)
+
+        def answer(got: dict[str, str]) -> Any:
+            errors.update(self._unprepared_all(refs, got))
+            self._count("unprepare", n, list(errors.values()))
+            response = unprepare_response(pb, errors)
+            self._observe("NodeUnprepareResources", version, start, len(refs))
+            return response
+
+        if self._async is None or not refs:
+            return answer(self._call("unprepare", refs, self._unprepare_all))
+        deferred = Deferred()
+        self._call_async(
+            "unprepare", refs, self._async.unprepare_async, lambda got: deferred.resolve(answer(got))
+        )
+        return deferred
 
     def _prepare_all(self, refs: list[ClaimRef]) -> dict[str, ClaimOutcome]:
-        got = self.processor.prepare(refs) if refs else {}
-        return {r.uid: got.get(r.uid) or ClaimOutcome(error=self._lost(r, "prepare")) for r in refs}
+        return self.processor.prepare(refs) if refs else {}
 
     def _unprepare_all(self, refs: list[ClaimRef]) -> dict[str, str]:
-        got = self.processor.unprepare(refs) if refs else {}
+        return self.processor.unprepare(refs) if refs else {}
+
+    def _prepared_all(self, refs: list[ClaimRef], got: dict[str, ClaimOutcome]) -> dict[str, ClaimOutcome]:
+        return {r.uid: got.get(r.uid) or ClaimOutcome(error=self._lost(r, "prepare")) for r in refs}
+
+    def _unprepared_all(self, refs: list[ClaimRef], got: dict[str, str]) -> dict[str, str]:
         return {r.uid: got[r.uid] if r.uid in got else self._lost(r, "unprepare") for r in refs}
 
     def _lost(self, ref: ClaimRef, operation: str) -> str:
@@ -128,11 +159,29 @@ class DRAServicer:
         try:
             return run(refs)
         except Exception as e:  # a bug in the core must not become a gRPC error for the batch
-            self._log.exception("claim processor failed", operation=operation, claims=[r.uid for r in refs])
-            message = f"internal error during {operation}: {type(e).__name__}: {e}"
-            if operation == "prepare":
-                return {r.uid: ClaimOutcome(error=message) for r in refs}
-            return {r.uid: message for r in refs}
+            return self._failed(operation, refs, e)
+
+    def _call_async(self, operation: str, refs: list[ClaimRef], run: Any, done: Any) -> None:
+        """`run(refs, done)`; if it raises, `done` gets every claim failed (once: a call the
+        core answered already keeps its answer)."""
+        answered = threading.Event()
+
+        def once(got: Any) -> None:
+            if not answered.is_set():
+                answered.set()
+                done(got)
+
+        try:
+            run(refs, once)
+        except Exception as e:
+            once(self._failed(operation, refs, e))
+
+    def _failed(self, operation: str, refs: list[ClaimRef], e: Exception) -> Any:
+        self._log.exception("claim processor failed", operation=operation, claims=[r.uid for r in refs])
+        message = f"internal error during {operation}: {type(e).__name__}: {e}"
+        if operation == "prepare":
+            return {r.uid: ClaimOutcome(error=message) for r in refs}
+        return {r.uid: message for r in refs}
 
     def _count(self, operation: str, n: int, errors: list[str]) -> None:
         counter = self._operations.get(operation)

@@ -7,9 +7,9 @@ behind `ClaimProcessor`. Keeping the seam this small lets both sides be tested o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from topodra.common.runtime.driver import ClaimRef
 
@@ -47,3 +47,16 @@ class ClaimProcessor(Protocol):
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         """uid -> error message, "" when the claim is (now) unprepared."""
         ...
+
+
+@runtime_checkable
+class AsyncClaimProcessor(ClaimProcessor, Protocol):
+    """A processor that can answer later, from whichever thread serves the claims: the DRA
+    servicer then holds no gRPC worker per call in flight, and one batch can hold every call
+    that arrived while the previous batch was written (common/runtime/claims/queue.py)."""
+
+    def prepare_async(
+        self, claims: Sequence[ClaimRef], done: Callable[[dict[str, ClaimOutcome]], None]
+    ) -> None: ...
+
+    def unprepare_async(self, claims: Sequence[ClaimRef], done: Callable[[dict[str, str]], None]) -> None: ...

@@ -295,6 +295,18 @@ class ClaimManager:
     def _submit(self, call: Call) -> None:
         t0 = self._clock()
         self._calls.submit(call, self._serve_next)
+        self._observe(call, t0)
+
+    def _submit_async(self, call: Call, done: Callable[[Call], None]) -> None:
+        t0 = self._clock()
+
+        def answered(c: Call) -> None:
+            self._observe(c, t0)
+            done(c)
+
+        self._calls.submit_async(call, self._serve_next, answered)
+
+    def _observe(self, call: Call, t0: float) -> None:
         elapsed = self._clock() - t0
         observe = self._metrics.prepare if call.op == "prepare" else self._metrics.unprepare
         for _ in call.claims:
@@ -331,6 +343,14 @@ class ClaimManager:
         call = Call("prepare", tuple(claims), self._prefetch(claims))
         self._submit(call)
         return call.prepared
+
+    def prepare_async(
+        self, claims: Sequence[ClaimRef], done: Callable[[dict[str, ClaimOutcome]], None]
+    ) -> None:
+        """`prepare` without waiting: `done(outcomes)` runs in the thread that answers the call
+        (seams.AsyncClaimProcessor)."""
+        call = Call("prepare", tuple(claims), self._prefetch(claims))
+        self._submit_async(call, lambda c: done(c.prepared))
 
     def _prefetch(self, claims: Sequence[ClaimRef]) -> dict[str, Any]:
         """GET claims before queueing, outside the lock, so concurrent calls overlap their GETs.
@@ -496,6 +516,10 @@ class ClaimManager:
         call = Call("unprepare", tuple(claims), {})
         self._submit(call)
         return call.unprepared
+
+    def unprepare_async(self, claims: Sequence[ClaimRef], done: Callable[[dict[str, str]], None]) -> None:
+        call = Call("unprepare", tuple(claims), {})
+        self._submit_async(call, lambda c: done(c.unprepared))
 
     def _unprepare_many(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         out: dict[str, str] = {}

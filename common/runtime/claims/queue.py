@@ -9,6 +9,12 @@ lead to the oldest waiting call. Everybody else waits on its own call's event, s
 returns at once instead of queueing behind the next batch for the serving lock (which made
 batches small and callers wait for batches not theirs). The caller's own thread does the work:
 a call that finds nobody leading is served at once, with no hand-off to another thread.
+
+A call can instead carry a callback (`submit_async`): its caller does not wait, and the thread
+that answers it runs the callback. Such a call never leads after it is queued; the leader keeps
+serving as long as only such calls are queued. The kubelet's calls come this way, so a handful of
+gRPC workers keeps any number of calls in flight and a batch holds every call that arrived
+while the previous one was written (docs/design/claim-lifecycle.md).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from topodra.common import logs
 from topodra.common.runtime.checkpoint import LockTimeout
 from topodra.common.runtime.claims.check import label
 from topodra.common.runtime.driver import ClaimRef
@@ -38,11 +45,18 @@ class Call:
     # (made under the queue's lock before anyone can take the call), so the common call that
     # serves itself makes no Event at all
     wake: threading.Event | None = None
+    on_answer: Callable[[Call], None] | None = None  # set: nobody waits; run once answered
 
     def finish(self) -> None:
         self.answered = True
         if self.wake is not None:
             self.wake.set()
+        if self.on_answer is not None:
+            answer, self.on_answer = self.on_answer, None
+            try:
+                answer(self)
+            except Exception:  # the answer's writer logs its own failures; never stop a batch
+                _log.exception("answering a claim call failed", claims=[c.uid for c in self.claims])
 
     def fail(self, message: str) -> None:
         for c in self.claims:
@@ -52,6 +66,8 @@ class Call:
             else:
                 self.unprepared.setdefault(c.uid, text)
 
+
+_log = logs.get(__name__)
 
 # serves the batch that `take()` hands it, once it holds whatever locks serving needs
 Serve = Callable[[Callable[[], list[Call]]], None]
@@ -81,35 +97,69 @@ class CallQueue:
         if not call.answered:
             self._lead(call, serve)
 
+    def submit_async(self, call: Call, serve: Serve, on_answer: Callable[[Call], None]) -> None:
+        """Queue `call`; `on_answer(call)` runs once it is answered, in the thread that answers
+        it. Returns at once, unless nobody leads: then this thread serves until the queue is
+        empty (or a waiting caller takes the lead over)."""
+        call.on_answer = on_answer
+        with self._lock:
+            lead = not self._leading
+            self._queue.append(call)
+            self._leading = True
+        if lead:
+            self._lead(call, serve)
+
     def _take(self) -> list[Call]:
         with self._lock:
             batch, self._queue = self._queue, []
         return batch
 
     def _lead(self, call: Call, serve: Serve) -> None:
-        """Serve queued calls in batches until `call` is answered, then pass the lead on."""
-        try:
-            while not call.answered:
-                try:
-                    serve(self._take)
-                except LockTimeout as e:
-                    call.fail(str(e))  # each waiting call gets its own full wait for the lock
-                    call.finish()  # (the finally below takes it out of the queue)
-        finally:  # also when serving raised (e.g. a checkpoint from a newer version)
+        """Serve queued calls in batches until `call` is answered, then pass the lead on: to the
+        oldest caller that waits, or, when only callback calls are queued, to nobody: this
+        thread goes on serving them, each in turn as the call it serves for."""
+        while True:
+            failed: BaseException | None = None
+            try:
+                while not call.answered:
+                    try:
+                        serve(self._take)
+                    except LockTimeout as e:
+                        call.fail(str(e))  # each waiting call gets its own full wait for the lock
+                        self._remove(call)
+                        call.finish()
+            except BaseException as e:  # e.g. a checkpoint from a newer version
+                failed = e
+            stranded: list[Call] = []
             with self._lock:
                 if call in self._queue:
                     self._queue.remove(call)  # its caller gets the exception
-                if self._queue:
-                    _wake(self._queue[0])
+                waiter = next((c for c in self._queue if c.wake is not None), None)
+                follow = None
+                if waiter is not None:
+                    waiter.wake.set()  # type: ignore[union-attr]
+                elif self._queue and (failed is None or call.on_answer is not None):
+                    follow = self._queue[0]
                 else:
+                    stranded, self._queue = self._queue, []  # callback calls only, if any
                     self._leading = False
+            if failed is not None:
+                message = f"internal error: {type(failed).__name__}: {failed}"
+                for c in stranded:  # nobody is left to serve them: they get this thread's error
+                    c.fail(message)
+                    c.finish()
+                if call.on_answer is None:
+                    raise failed
+                call.fail(message)
+                call.finish()
+            if follow is None:
+                return
+            call = follow
 
-
-def _wake(call: Call) -> None:
-    """Hands the lead to a queued call: every call queued behind a leader has its Event."""
-    if call.wake is None:  # not reachable: such a call never waits, so it must not be queued
-        raise RuntimeError(f"call of {len(call.claims)} claims queued without a wake event")
-    call.wake.set()
+    def _remove(self, call: Call) -> None:
+        with self._lock:
+            if call in self._queue:
+                self._queue.remove(call)
 
 
 def stages(batch: Sequence[Call]) -> list[tuple[str, list[Call]]]:

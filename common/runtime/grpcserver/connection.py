@@ -68,6 +68,38 @@ _TRAILERS_OK = hpack.encode([("grpc-status", "0")])
 _PREFIX = struct.Struct(">BI")
 
 
+class Deferred:
+    """An answer given later: a unary handler returns one and, from any thread, calls `resolve`
+    with the response message (or an exception, which the caller gets as UNKNOWN). The call
+    holds no worker meanwhile."""
+
+    __slots__ = ("_lock", "_resolved", "_result", "_then")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._then: Callable[[Any], None] | None = None
+        self._result: Any = None
+        self._resolved = False
+
+    def resolve(self, result: Any) -> None:
+        with self._lock:
+            if self._resolved:
+                return
+            self._resolved = True
+            self._result = result
+            then = self._then
+        if then is not None:
+            then(result)
+
+    def then(self, callback: Callable[[Any], None]) -> None:
+        with self._lock:
+            if not self._resolved:
+                self._then = callback
+                return
+            result = self._result
+        callback(result)
+
+
 class ProtocolError(Exception):
     """A connection error: the connection ends with GOAWAY carrying `code`."""
 
@@ -453,6 +485,7 @@ class Connection:
 
     # --- calls (worker threads) ---------------------------------------------------------------
     def _call(self, s: _Stream, body: bytes) -> None:
+        deferred = False
         try:
             request = self._parse(s, body)
             if request is None:
@@ -463,16 +496,35 @@ class Connection:
                 return
             try:
                 response = s.method.handler(request, context)
-                payload = response.SerializeToString()
             except Exception as e:
-                self._log.exception("gRPC handler failed", stream=s.id)
-                self._fail(s, UNKNOWN, f"{type(e).__name__}: {e}")
-                return
+                response = e
+            if isinstance(response, Deferred):
+                deferred = True
+                response.then(lambda result: self._respond(s, result, done=True))
+            else:
+                self._respond(s, response, done=False)
+        finally:
+            if not deferred:
+                self._done()
+
+    def _respond(self, s: _Stream, response: Any, done: bool) -> None:
+        try:
+            if isinstance(response, BaseException):
+                raise response
+            payload = response.SerializeToString()
+        except Exception as e:
+            self._log.exception("gRPC handler failed", stream=s.id)
+            self._fail(s, UNKNOWN, f"{type(e).__name__}: {e}")
+        else:
             self._answer(s, payload)
         finally:
-            with self._cond:
-                self._active -= 1
-                self._cond.notify_all()
+            if done:
+                self._done()
+
+    def _done(self) -> None:
+        with self._cond:
+            self._active -= 1
+            self._cond.notify_all()
 
     def _parse(self, s: _Stream, body: bytes) -> Any:
         if len(body) < 5:

@@ -536,3 +536,95 @@ def test_a_prepare_and_an_unprepare_of_one_claim_that_overlap_are_served_in_arri
     assert set(m.prepared()) == {blocker.uid}
     assert driver.holdings() == {"dev-0": blocker.uid}
     assert [p.name for p in dirs["cdi"].iterdir()] == [f"{DRIVER}-claim_{blocker.uid}.json"]
+
+
+def test_callback_calls_queued_behind_a_batch_share_the_next_one_and_nobody_waits(
+    make_manager: ManagerFactory,
+    claim_store: MemoryClaimStore,
+    driver: HoldDriver,
+    dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kubelet's path (prepare_async): a call queued behind a leader returns to its caller at
+    once, and the leader answers every queued call, all in one batch with one checkpoint write."""
+    refs = [put(claim_store, f"c{i}", Result("r", f"dev-{i}")) for i in range(8)]
+    m = make_manager(driver)
+    saves: list[bool] = []
+    real = Checkpoint.save
+
+    def counting(self: Checkpoint, records: Any, *, durable: bool = True) -> None:
+        saves.append(durable)
+        real(self, records, durable=durable)
+
+    monkeypatch.setattr(Checkpoint, "save", counting)
+    answers: dict[str, tuple[ClaimOutcome, int]] = {}
+    done = threading.Event()
+
+    def answer(got: dict[str, ClaimOutcome]) -> None:
+        for uid, outcome in got.items():
+            answers[uid] = (outcome, threading.get_ident())
+        if len(answers) == len(refs):
+            done.set()
+
+    other = Checkpoint(dirs["state"], DRIVER)  # another instance holds the state lock meanwhile
+    with other.locked():
+        leader = threading.Thread(target=m.prepare_async, args=([refs[0]], answer))
+        leader.start()  # becomes the leader, waits for the lock
+        deadline = time.monotonic() + 10
+        while m._calls.waiting() < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        for r in refs[1:]:
+            m.prepare_async([r], answer)  # returns at once: this thread does not lead or wait
+        assert m._calls.waiting() == len(refs) and not answers
+    assert done.wait(10)
+    leader.join(10)
+    assert {uid: o.error for uid, (o, _) in answers.items()} == {r.uid: "" for r in refs}
+    assert {t for _, t in answers.values()} == {leader.ident}  # the leader answered them all
+    assert saves == [True]  # one batch
+    assert driver.holdings() == {f"dev-{i}": r.uid for i, r in enumerate(refs)}
+
+
+def test_a_waiting_caller_behind_callback_calls_is_answered_too(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver, dirs: dict[str, Path]
+) -> None:
+    a, b, c = (put(claim_store, n, Result("r", f"dev-{i}")) for i, n in enumerate("abc"))
+    m = make_manager(driver)
+    got: dict[str, str] = {}
+    other = Checkpoint(dirs["state"], DRIVER)
+    with other.locked():
+        leader = threading.Thread(
+            target=m.prepare_async, args=([a], lambda o: got.update({a.uid: o[a.uid].error}))
+        )
+        leader.start()
+        while m._calls.waiting() < 1:
+            time.sleep(0.005)
+        m.prepare_async([b], lambda o: got.update({b.uid: o[b.uid].error}))
+        waiter = threading.Thread(target=lambda: got.update({c.uid: m.prepare([c])[c.uid].error}))
+        waiter.start()
+        while m._calls.waiting() < 3:
+            time.sleep(0.005)
+    leader.join(10)
+    waiter.join(10)
+    assert not leader.is_alive() and not waiter.is_alive()
+    assert got == {a.uid: "", b.uid: "", c.uid: ""}
+    assert m.unprepare([a, b, c]) == {a.uid: "", b.uid: "", c.uid: ""}
+    assert m._calls.waiting() == 0
+
+
+def test_callback_calls_whose_batch_cannot_be_served_each_get_their_error(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    dirs["state"].mkdir(parents=True)
+    (dirs["state"] / f"{DRIVER}.checkpoint.json").write_text(
+        json.dumps({"format": "topodra.io/claim-checkpoint", "version": 99, "driver": DRIVER})
+    )
+    m = make_manager(start=False)
+    refs = [put(claim_store, f"c{i}", Result("r", f"dev-{i}")) for i in range(4)]
+    errors: dict[str, str] = {}
+    for r in refs:
+        m.prepare_async([r], lambda got: errors.update({uid: o.error for uid, o in got.items()}))
+    assert set(errors) == {r.uid for r in refs}
+    assert all("CheckpointError" in e and "newer" in e for e in errors.values()), errors
+    assert m._calls.waiting() == 0
+    with pytest.raises(CheckpointError, match="newer"):
+        m.prepare([refs[0]])  # the queue is free again: a waiting caller still gets the exception

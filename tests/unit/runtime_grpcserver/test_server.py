@@ -21,7 +21,7 @@ import grpc
 import pytest
 from topodra.common.runtime.grpcserver import frames as f
 from topodra.common.runtime.grpcserver import hpack
-from topodra.common.runtime.grpcserver.connection import CallContext, Limits, Method
+from topodra.common.runtime.grpcserver.connection import CallContext, Deferred, Limits, Method
 from topodra.common.runtime.grpcserver.server import GrpcServer
 from topodra.proto.pluginregistration.v1 import api_pb2 as pb
 
@@ -428,3 +428,54 @@ def test_a_reset_call_is_not_answered_and_the_connection_goes_on(
     served.release.set()
     c.request(3, ECHO, b"")
     assert c.answer(3)[0] == 0
+
+
+def test_deferred_answers_hold_no_worker(sock_path: Path) -> None:
+    """One worker, 20 calls in flight, none answered before all 20 have arrived: only works if a
+    call that returns a Deferred gives its worker back (as the DRA servicer's calls do)."""
+    pending: list[tuple[Deferred, str]] = []
+    lock = threading.Lock()
+
+    def later(request: pb.RegistrationStatus, context: CallContext) -> Deferred:
+        d = Deferred()
+        with lock:
+            pending.append((d, request.error))
+            if len(pending) == 20:
+                for deferred, text in pending:
+                    threading.Thread(target=deferred.resolve, args=(pb.PluginInfo(name=text),)).start()
+        return d
+
+    def broken(request: pb.RegistrationStatus, context: CallContext) -> Deferred:
+        d = Deferred()
+        d.resolve(ValueError("no answer today"))
+        return d
+
+    routes = {
+        "/t/Later": Method(pb.RegistrationStatus.FromString, later, False),
+        "/t/Broken": Method(pb.RegistrationStatus.FromString, broken, False),
+    }
+    server = GrpcServer("t.sock", routes, workers=1)
+    server.listen(sock_path)
+    server.start()
+    try:
+        with channel(sock_path) as ch:
+            call = unary(ch, "/t/Later", pb.RegistrationStatus)
+            results: dict[int, str] = {}
+            threads = [
+                threading.Thread(
+                    target=lambda i=i: results.update(
+                        {i: call(pb.RegistrationStatus(error=str(i)), timeout=20).name}
+                    )
+                )
+                for i in range(20)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+            assert results == {i: str(i) for i in range(20)}
+            with pytest.raises(grpc.RpcError) as e:
+                unary(ch, "/t/Broken", pb.RegistrationStatus)(pb.RegistrationStatus(), timeout=5)
+            assert e.value.code() == grpc.StatusCode.UNKNOWN and "no answer today" in e.value.details()
+    finally:
+        server.stop(1.0)
