@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -111,13 +111,7 @@ class DRAServicer:
             self._observe("NodePrepareResources", version, start, len(refs))
             return response
 
-        if self._async is None or not refs:
-            return answer(self._call("prepare", refs, self._prepare_all))
-        deferred = Deferred()
-        self._call_async(
-            "prepare", refs, self._async.prepare_async, lambda got: deferred.resolve(answer(got))
-        )
-        return deferred
+        return self._run("prepare", refs, answer)
 
     def unprepare(self, request: Any, pb: ModuleType, version: str) -> Any:
         start = time.perf_counter()
@@ -131,12 +125,16 @@ class DRAServicer:
             self._observe("NodeUnprepareResources", version, start, len(refs))
             return response
 
+        return self._run("unprepare", refs, answer)
+
+    def _run(self, operation: str, refs: list[ClaimRef], answer: Callable[[Any], Any]) -> Any:
+        """The response now, or a Deferred that the thread serving the claims resolves."""
+        prepare = operation == "prepare"
         if self._async is None or not refs:
-            return answer(self._call("unprepare", refs, self._unprepare_all))
+            return answer(self._call(operation, refs, self._prepare_all if prepare else self._unprepare_all))
         deferred = Deferred()
-        self._call_async(
-            "unprepare", refs, self._async.unprepare_async, lambda got: deferred.resolve(answer(got))
-        )
+        run = self._async.prepare_async if prepare else self._async.unprepare_async
+        self._call_async(operation, refs, run, lambda got: deferred.resolve(answer(got)))
         return deferred
 
     def _prepare_all(self, refs: list[ClaimRef]) -> dict[str, ClaimOutcome]:

@@ -38,27 +38,25 @@ DIAL_TIMEOUT = 10.0
 CALL_TIMEOUT = 45.0
 
 
+def _codec(service: ServiceDescriptor, method: str) -> dict[str, Any]:
+    m = service.methods_by_name[method]
+    return {
+        "request_serializer": message_factory.GetMessageClass(m.input_type).SerializeToString,
+        "response_deserializer": message_factory.GetMessageClass(m.output_type).FromString,
+    }
+
+
 def unary_call(
     channel: grpc.Channel, service: ServiceDescriptor, method: str
 ) -> grpc.UnaryUnaryMultiCallable[Any, Any]:
     """A grpcio client callable for a method of `service` (grpcio is the independent client here)."""
-    m = service.methods_by_name[method]
-    return channel.unary_unary(
-        method_path(service, method),
-        request_serializer=message_factory.GetMessageClass(m.input_type).SerializeToString,
-        response_deserializer=message_factory.GetMessageClass(m.output_type).FromString,
-    )
+    return channel.unary_unary(method_path(service, method), **_codec(service, method))
 
 
 def stream_call(
     channel: grpc.Channel, service: ServiceDescriptor, method: str
 ) -> grpc.UnaryStreamMultiCallable[Any, Any]:
-    m = service.methods_by_name[method]
-    return channel.unary_stream(
-        method_path(service, method),
-        request_serializer=message_factory.GetMessageClass(m.input_type).SerializeToString,
-        response_deserializer=message_factory.GetMessageClass(m.output_type).FromString,
-    )
+    return channel.unary_stream(method_path(service, method), **_codec(service, method))
 
 
 class RegistrationFailed(Exception):

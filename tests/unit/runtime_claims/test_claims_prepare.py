@@ -336,6 +336,19 @@ def test_concurrent_calls_never_double_allocate(
     assert driver.violations() == []
 
 
+def count_saves(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Each checkpoint write from now on, as whether it was durable."""
+    saves: list[bool] = []
+    real = Checkpoint.save
+
+    def counting(self: Checkpoint, records: Any, *, durable: bool = True) -> None:
+        saves.append(durable)
+        real(self, records, durable=durable)
+
+    monkeypatch.setattr(Checkpoint, "save", counting)
+    return saves
+
+
 def test_a_call_with_many_claims_writes_the_checkpoint_as_for_one(
     make_manager: ManagerFactory,
     claim_store: MemoryClaimStore,
@@ -349,14 +362,7 @@ def test_a_call_with_many_claims_writes_the_checkpoint_as_for_one(
     refs = [put(claim_store, f"c{i}", Result("r", f"dev-{i}")) for i in range(5)]
     refs.append(put(claim_store, "bad", Result("r", "dev-5"), config=[driver_config(fail=True)]))
     m = make_manager(driver)
-    saves: list[bool] = []  # durable or not, per checkpoint write
-    real = Checkpoint.save
-
-    def counting(self: Checkpoint, records: Any, *, durable: bool = True) -> None:
-        saves.append(durable)
-        real(self, records, durable=durable)
-
-    monkeypatch.setattr(Checkpoint, "save", counting)
+    saves = count_saves(monkeypatch)  # durable or not, per checkpoint write
     out = m.prepare(refs)
     assert [bool(out[r.uid].error) for r in refs] == [False] * 5 + [True]
     assert saves == [True]
@@ -549,14 +555,7 @@ def test_callback_calls_queued_behind_a_batch_share_the_next_one_and_nobody_wait
     once, and the leader answers every queued call, all in one batch with one checkpoint write."""
     refs = [put(claim_store, f"c{i}", Result("r", f"dev-{i}")) for i in range(8)]
     m = make_manager(driver)
-    saves: list[bool] = []
-    real = Checkpoint.save
-
-    def counting(self: Checkpoint, records: Any, *, durable: bool = True) -> None:
-        saves.append(durable)
-        real(self, records, durable=durable)
-
-    monkeypatch.setattr(Checkpoint, "save", counting)
+    saves = count_saves(monkeypatch)
     answers: dict[str, tuple[ClaimOutcome, int]] = {}
     done = threading.Event()
 
