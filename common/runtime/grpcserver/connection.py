@@ -19,6 +19,7 @@ import contextlib
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,10 @@ class Limits:
     max_header_list: int = 16384
     max_header_block: int = 65536
     max_message: int = 4 << 20
+    # A client that stops reading, or gives no window, for this long loses the call (a window
+    # that never opens) or the connection (a write that never ends): answers are written by the
+    # thread that serves the claim queue, which must never wait on one client for long.
+    send_timeout: float = 10.0
 
 
 DEFAULT_LIMITS = Limits()
@@ -172,6 +177,12 @@ class Connection:
         limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self._sock = sock
+        seconds = int(limits.send_timeout)
+        sock.setsockopt(
+            socket.SOL_SOCKET,
+            socket.SO_SNDTIMEO,
+            struct.pack("ll", seconds, int((limits.send_timeout - seconds) * 1_000_000)),
+        )
         self._routes = routes
         self._submit = submit
         self._log = log
@@ -611,9 +622,21 @@ class Connection:
         """Send `data` on `s` within both send windows, waiting for WINDOW_UPDATEs as needed."""
         view = memoryview(data)
         at = 0
+        deadline = time.monotonic() + self._limits.send_timeout
         while at < len(data):
             while not (s.reset or self._closed) and (self._send_window <= 0 or s.send_window <= 0):
-                self._cond.wait()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._log.warning(
+                        "gRPC client gave no flow-control window in time; call cancelled",
+                        stream=s.id,
+                        seconds=self._limits.send_timeout,
+                    )
+                    s.reset = True
+                    self._streams.pop(s.id, None)
+                    self._write(f.rst_stream(s.id, f.CANCEL))
+                    return False
+                self._cond.wait(left)
             if s.reset or self._closed:
                 return False
             k = min(len(data) - at, self._send_window, s.send_window, self._peer_max_frame)
@@ -670,7 +693,8 @@ class Connection:
             return
         try:
             self._sock.sendall(data)
-        except OSError:
+        except OSError as e:  # gone, or not reading for `send_timeout` (EAGAIN)
+            self._log.warning("gRPC connection cannot be written; closing it", error=str(e))
             self._closed = True
             self._cond.notify_all()
             self.shutdown()

@@ -479,3 +479,56 @@ def test_deferred_answers_hold_no_worker(sock_path: Path) -> None:
             assert e.value.code() == grpc.StatusCode.UNKNOWN and "no answer today" in e.value.details()
     finally:
         server.stop(1.0)
+
+
+def test_a_client_that_gives_no_window_loses_the_call_not_the_worker(sock_path: Path, served: Served) -> None:
+    """Answers are written by whichever thread serves the claims: a client that never opens a
+    window must not keep it. Here the only worker is free again after the send timeout."""
+    server = start(sock_path, served, Limits(send_timeout=0.3), workers=1)
+    try:
+        stuck = raw(sock_path)
+        stuck.send(f.PREFACE + f.settings({f.SETTINGS_INITIAL_WINDOW_SIZE: 0}))
+        stuck.request(1, ECHO, b"")
+        _, payload = stuck.until(f.RST_STREAM, 1)
+        assert struct.unpack(">I", payload)[0] == f.CANCEL
+        ok = raw(sock_path)
+        ok.handshake()
+        ok.request(1, ECHO, b"")
+        assert ok.answer(1)[0] == 0
+    finally:
+        server.stop(1.0)
+
+
+def test_a_client_that_stops_reading_loses_its_connection_not_the_worker(
+    sock_path: Path, served: Served
+) -> None:
+    server = start(sock_path, served, Limits(send_timeout=0.3), workers=1)
+    try:
+        stuck = raw(sock_path)
+        stuck.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.send(
+            f.PREFACE + f.settings({f.SETTINGS_INITIAL_WINDOW_SIZE: 2**31 - 1}) + f.window_update(0, 2**30)
+        )
+        body = pb.RegistrationStatus(error="3000000").SerializeToString()
+        block = hpack.encode(
+            [
+                (":method", "POST"),
+                (":scheme", "http"),
+                (":path", "/test.Echo/Big"),
+                ("content-type", "application/grpc"),
+            ]
+        )
+        stuck.send(
+            f.frame(f.HEADERS, f.END_HEADERS, 1, block)
+            + f.frame(f.DATA, f.END_STREAM, 1, struct.pack(">BI", 0, len(body)) + body)
+        )
+        time.sleep(1.0)  # the 3 MB answer fills the socket; the write gives up after 0.3 s
+        ok = raw(sock_path)
+        ok.handshake()
+        ok.request(1, ECHO, b"")
+        assert ok.answer(1)[0] == 0
+        with pytest.raises((EOFError, ConnectionError)):
+            while True:
+                stuck.frame()  # what was sent, then the end: the server closed it
+    finally:
+        server.stop(1.0)
