@@ -71,7 +71,12 @@ class GrpcServer:
                 self._log.warning("accept failed", error=str(e))
                 time.sleep(0.1)  # e.g. out of file descriptors: do not spin
                 continue
-            conn = Connection(sock, self._routes, self._submit, self._log, self._limits)
+            try:
+                conn = Connection(sock, self._routes, self._submit, self._log, self._limits)
+            except OSError as e:  # e.g. the client hung up at once: that connection only
+                self._log.warning("could not set up a gRPC connection", error=str(e))
+                sock.close()
+                continue
             thread = threading.Thread(
                 target=self._serve, args=(conn,), name=f"grpc-conn-{self.name}", daemon=True
             )

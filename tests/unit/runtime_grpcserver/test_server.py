@@ -532,3 +532,34 @@ def test_a_client_that_stops_reading_loses_its_connection_not_the_worker(
                 stuck.frame()  # what was sent, then the end: the server closed it
     finally:
         server.stop(1.0)
+
+
+def test_a_connection_that_cannot_be_set_up_leaves_the_listener_serving(
+    sock_path: Path, served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the set-up failure is forced (a socket option refused by the kernel cannot be provoked
+    # at will here); everything else is real
+    from topodra.common.runtime.grpcserver import server as server_module
+
+    real = server_module.Connection
+    calls = []
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("setsockopt refused")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(server_module, "Connection", flaky)
+    server = start(sock_path, served)
+    try:
+        first = raw(sock_path)
+        with pytest.raises((EOFError, ConnectionError)):
+            first.handshake()
+            first.frame()
+        ok = raw(sock_path)
+        ok.handshake()
+        ok.request(1, ECHO, b"")
+        assert ok.answer(1)[0] == 0
+    finally:
+        server.stop(1.0)
