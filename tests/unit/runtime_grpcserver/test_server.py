@@ -333,6 +333,14 @@ class RawClient:
                     return int(headers["grpc-status"]), message[5:]
 
 
+def assert_served(path: Path) -> None:
+    """A new connection gets an answer: the server (and a worker) is still there."""
+    ok = raw(path)
+    ok.handshake()
+    ok.request(1, ECHO, b"")
+    assert ok.answer(1)[0] == 0
+
+
 def raw(path: Path) -> RawClient:
     s = socket.socket(socket.AF_UNIX)
     s.connect(str(path))
@@ -362,10 +370,7 @@ def test_a_wrong_preface_closes_only_that_connection(server: GrpcServer, sock_pa
     with pytest.raises(EOFError):
         while True:
             c.frame()
-    ok = raw(sock_path)
-    ok.handshake()
-    ok.request(1, ECHO, b"")
-    assert ok.answer(1)[0] == 0
+    assert_served(sock_path)
 
 
 def test_a_header_block_that_does_not_decode_ends_the_connection(server: GrpcServer, sock_path: Path) -> None:
@@ -491,10 +496,7 @@ def test_a_client_that_gives_no_window_loses_the_call_not_the_worker(sock_path: 
         stuck.request(1, ECHO, b"")
         _, payload = stuck.until(f.RST_STREAM, 1)
         assert struct.unpack(">I", payload)[0] == f.CANCEL
-        ok = raw(sock_path)
-        ok.handshake()
-        ok.request(1, ECHO, b"")
-        assert ok.answer(1)[0] == 0
+        assert_served(sock_path)
     finally:
         server.stop(1.0)
 
@@ -523,10 +525,7 @@ def test_a_client_that_stops_reading_loses_its_connection_not_the_worker(
             + f.frame(f.DATA, f.END_STREAM, 1, struct.pack(">BI", 0, len(body)) + body)
         )
         time.sleep(1.0)  # the 3 MB answer fills the socket; the write gives up after 0.3 s
-        ok = raw(sock_path)
-        ok.handshake()
-        ok.request(1, ECHO, b"")
-        assert ok.answer(1)[0] == 0
+        assert_served(sock_path)
         with pytest.raises((EOFError, ConnectionError)):
             while True:
                 stuck.frame()  # what was sent, then the end: the server closed it
@@ -557,9 +556,6 @@ def test_a_connection_that_cannot_be_set_up_leaves_the_listener_serving(
         with pytest.raises((EOFError, ConnectionError)):
             first.handshake()
             first.frame()
-        ok = raw(sock_path)
-        ok.handshake()
-        ok.request(1, ECHO, b"")
-        assert ok.answer(1)[0] == 0
+        assert_served(sock_path)
     finally:
         server.stop(1.0)
