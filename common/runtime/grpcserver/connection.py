@@ -38,7 +38,7 @@ INTERNAL = 13
 UNAVAILABLE = 14
 
 RECV_WINDOW = 1 << 20  # per stream and per connection; replenished once half is used
-MAX_MESSAGE_MESSAGE_LEN = 1024  # grpc-message text we send
+MAX_STATUS_MESSAGE = 1024  # grpc-message text we send
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +70,16 @@ Submit = Callable[[Callable[..., None], Any, Any], None]
 
 _RESPONSE_HEADERS = hpack.encode([(":status", "200"), ("content-type", "application/grpc")])
 _TRAILERS_OK = hpack.encode([("grpc-status", "0")])
+
+
+def _headers_frame(stream: int) -> bytes:
+    return f.header(len(_RESPONSE_HEADERS), f.HEADERS, f.END_HEADERS, stream) + _RESPONSE_HEADERS
+
+
+def _ok_trailers_frame(stream: int) -> bytes:
+    return f.header(len(_TRAILERS_OK), f.HEADERS, f.END_HEADERS | f.END_STREAM, stream) + _TRAILERS_OK
+
+
 _PREFIX = struct.Struct(">BI")
 
 
@@ -156,14 +166,10 @@ class CallContext:
             self._stream.callbacks.append(callback)
             return True
 
-    def is_active(self) -> bool:
-        s = self._stream
-        return not (s.reset or s.done)
-
 
 def percent_encode(message: str) -> str:
     """grpc-message is percent-encoded UTF-8; cut to a bounded length first."""
-    raw = message.encode("utf-8", "replace")[:MAX_MESSAGE_MESSAGE_LEN]
+    raw = message.encode("utf-8", "replace")[:MAX_STATUS_MESSAGE]
     return "".join(chr(b) if 0x20 <= b <= 0x7E and b != 0x25 else f"%{b:02X}" for b in raw)
 
 
@@ -564,24 +570,18 @@ class Connection:
                 self._send_window -= n
                 s.send_window -= n
                 self._write(
-                    f.header(len(_RESPONSE_HEADERS), f.HEADERS, f.END_HEADERS, sid)
-                    + _RESPONSE_HEADERS
+                    _headers_frame(sid)
                     + f.header(n, f.DATA, 0, sid)
                     + _PREFIX.pack(0, n - 5)
                     + payload
-                    + f.header(len(_TRAILERS_OK), f.HEADERS, f.END_HEADERS | f.END_STREAM, sid)
-                    + _TRAILERS_OK
+                    + _ok_trailers_frame(sid)
                 )
                 self._finish_locked(s)
             else:
-                self._write(
-                    f.header(len(_RESPONSE_HEADERS), f.HEADERS, f.END_HEADERS, sid) + _RESPONSE_HEADERS
-                )
+                self._write(_headers_frame(sid))
                 if not self._data_locked(s, _PREFIX.pack(0, n - 5) + payload):
                     return
-                self._write(
-                    f.header(len(_TRAILERS_OK), f.HEADERS, f.END_HEADERS | f.END_STREAM, sid) + _TRAILERS_OK
-                )
+                self._write(_ok_trailers_frame(sid))
                 self._finish_locked(s)
         self._end(s, reset=False)
 
@@ -591,9 +591,7 @@ class Connection:
             with self._cond:
                 if s.reset or self._closed:
                     return
-                self._write(
-                    f.header(len(_RESPONSE_HEADERS), f.HEADERS, f.END_HEADERS, sid) + _RESPONSE_HEADERS
-                )
+                self._write(_headers_frame(sid))
             for answer in answers:
                 payload = answer.SerializeToString()
                 with self._cond:
@@ -602,9 +600,7 @@ class Connection:
             with self._cond:
                 if s.reset or self._closed:
                     return
-                self._write(
-                    f.header(len(_TRAILERS_OK), f.HEADERS, f.END_HEADERS | f.END_STREAM, sid) + _TRAILERS_OK
-                )
+                self._write(_ok_trailers_frame(sid))
                 self._finish_locked(s)
         except Exception as e:
             self._log.exception("gRPC streaming handler failed", stream=sid)
