@@ -389,9 +389,34 @@ def test_restart_through_the_claim_manager(root: Path, tmp_path: Path) -> None:
 # --- health -------------------------------------------------------------------------------------
 
 
-def test_offline_cpu_makes_its_device_unhealthy(root: Path, tmp_path: Path) -> None:
+def test_offline_cpu_in_the_kernels_mask_makes_its_device_unhealthy(root: Path, tmp_path: Path) -> None:
+    """A poll reads the kernel's online mask, `cpu/online`, not each CPU's file: a CPU outside
+    the mask is offline whatever its own file still says (the kernel keeps both in step)."""
     copy = tmp_path / "tree"  # CPUs and NUMA nodes are all the driver reads
     shutil.copytree(root / "sys/devices/system", copy / "sys/devices/system", symlinks=True)
+    d = CpuDriver(discover(copy), CpuOptions(hook_dir=hook_dir(tmp_path)), copy)
+    cpus = sorted(c for g in d.groups.values() for c in g.cpus)
+    mask = copy / "sys/devices/system/cpu/online"
+    mask.write_text(f"0-2,4-{cpus[-1]}\n")
+    assert (copy / "sys/devices/system/cpu/cpu3/online").read_text().strip() == "1"
+    now = d.check_health()
+    assert now["numa-0"].health is Health.UNHEALTHY and now["numa-0"].message == "CPUs 3 are offline"
+    assert now["numa-1"].health is Health.HEALTHY
+    mask.write_text(f"0-{cpus[-1]}\n")
+    assert d.check_health()["numa-0"].health is Health.HEALTHY
+    for bad in ("garbage\n", "0-99999999\n", "\xff\n"):  # not a list: each CPU's own file decides
+        mask.write_bytes(bad.encode("latin-1"))
+        (copy / "sys/devices/system/cpu/cpu3/online").write_text("0\n")
+        assert d.check_health()["numa-0"].message == "CPUs 3 are offline", bad
+        (copy / "sys/devices/system/cpu/cpu3/online").write_text("1\n")
+        assert d.check_health()["numa-0"].health is Health.HEALTHY, bad
+
+
+def test_offline_cpu_makes_its_device_unhealthy(root: Path, tmp_path: Path) -> None:
+    """Without the kernel's mask (some captures lack it), each CPU's own file decides."""
+    copy = tmp_path / "tree"  # CPUs and NUMA nodes are all the driver reads
+    shutil.copytree(root / "sys/devices/system", copy / "sys/devices/system", symlinks=True)
+    (copy / "sys/devices/system/cpu/online").unlink(missing_ok=True)
     d = CpuDriver(discover(copy), CpuOptions(hook_dir=hook_dir(tmp_path)), copy)
     assert {n: h.health for n, h in d.check_health().items()} == {
         "numa-0": Health.HEALTHY,
@@ -418,5 +443,6 @@ def test_cpu_without_online_file_is_online(root: Path, tmp_path: Path) -> None:
     copy = tmp_path / "tree"  # CPUs and NUMA nodes are all the driver reads
     shutil.copytree(root / "sys/devices/system", copy / "sys/devices/system", symlinks=True)
     (copy / "sys/devices/system/cpu/cpu0/online").unlink(missing_ok=True)
+    (copy / "sys/devices/system/cpu/online").unlink(missing_ok=True)
     d = CpuDriver(discover(copy), CpuOptions(hook_dir=hook_dir(tmp_path)), copy)
     assert d.check_health()["numa-0"].health is Health.HEALTHY
