@@ -14,7 +14,6 @@ from typing import Any
 
 from topodra.common import logs
 from topodra.common.kubeapi.claims import KubeClaimSource
-from topodra.common.publisher.publisher import SlicePublisher
 from topodra.common.runtime import capabilities
 from topodra.common.runtime.claimstatus import KubeClaimStatusWriter
 from topodra.common.runtime.observability import Observability
@@ -140,17 +139,18 @@ def build(args: argparse.Namespace, kinds: list[str]) -> tuple[list[DriverServic
         caps = capabilities.of(driver)
         if caps.set_status_writer is not None:
             caps.set_status_writer(QueuedStatusWriter(KubeClaimStatusWriter(api, driver.name)))
-        publisher = (
-            None
-            if args.no_publish
-            else SlicePublisher(
+        publisher = None
+        if not args.no_publish:
+            # loaded only when publishing: --no-publish drivers never pay for its modules
+            from topodra.common.publisher.publisher import SlicePublisher
+
+            publisher = SlicePublisher(
                 api,
                 driver.name,
                 args.node_name,
                 delete_slices_on_stop=args.delete_slices_on_exit,
                 on_status=caps.on_publisher_status,
             )
-        )
         services.append(
             DriverService.create(
                 driver,

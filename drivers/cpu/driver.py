@@ -17,7 +17,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from topodra.common import logs
 from topodra.common.cdi.edits import ContainerEdits
@@ -37,9 +37,12 @@ from topodra.common.runtime.driver import (
 from topodra.common.topology.model import Topology
 from topodra.drivers.cpu import config as cpuconfig
 from topodra.drivers.cpu import devices as layout
-from topodra.drivers.cpu import exclusive, health, pinning, policy
+from topodra.drivers.cpu import health, pinning, policy
 from topodra.drivers.cpu.holdings import Conflict, Holding, Holdings, StateError, from_state, to_state
 from topodra.drivers.cpu.options import CpuOptions
+
+if TYPE_CHECKING:
+    from topodra.drivers.cpu.exclusive import Exclusivity
 
 CONSUMABLE_FEATURE = "DRAConsumableCapacity"
 LIST_FEATURE = "DRAListTypeAttributes"
@@ -53,7 +56,7 @@ CORE_ADVICE = (
     "is off, the default before 1.36): each NUMA device is now handed to one claim as a whole; "
     "run the CPU driver with --cpu-device-granularity core on this cluster"
 )
-HOOK_ONLY_NOTE = f"no NRI connection: {exclusive.HOOK_ONLY_WARNING}"
+HOOK_ONLY_NOTE = f"no NRI connection: {pinning.HOOK_ONLY_WARNING}"
 PREPARE_WAIT = 10.0  # seconds a prepare waits for the runtime to move other containers off its CPUs
 
 
@@ -87,8 +90,11 @@ class CpuDriver:
             f"{options.shared_min})",
             devices=[d.name for d in self._devices],
         )
-        self.exclusive: exclusive.Exclusivity | None = None
+        self.exclusive: Exclusivity | None = None
         if options.pinning == "auto":
+            # NRI (its client, protocol and messages) is loaded only for the mode that uses it
+            from topodra.drivers.cpu import exclusive
+
             self.exclusive = exclusive.Exclusivity(
                 self.name,
                 self.holdings,
@@ -204,11 +210,11 @@ class CpuDriver:
         if self.exclusive is not None:
             self._log.info(
                 f"CPU pinning mode auto: connecting to the runtime's NRI socket {self.options.nri_socket}; "
-                f"until it answers, the CDI hook pins claim containers and {exclusive.HOOK_ONLY_WARNING}"
+                f"until it answers, the CDI hook pins claim containers and {pinning.HOOK_ONLY_WARNING}"
             )
             self.exclusive.start()
         elif self.options.pinning == "hook":
-            self._log.warning(f"CPU pinning mode hook (--cpu-pinning hook): {exclusive.HOOK_ONLY_WARNING}")
+            self._log.warning(f"CPU pinning mode hook (--cpu-pinning hook): {pinning.HOOK_ONLY_WARNING}")
         else:
             self._log.warning(
                 "CPU pinning mode none (--cpu-pinning none): containers only get TOPODRA_CPUS_* "

@@ -28,14 +28,11 @@ from topodra.common import logs
 from topodra.common.nri.follower import Follower, Tracked
 from topodra.drivers.cpu import pool
 from topodra.drivers.cpu.holdings import Holding
+from topodra.drivers.cpu.pinning import HOOK_ONLY_WARNING
 from topodra.drivers.cpu.policy import fmt
 from topodra.proto.nri.v1alpha1 import api_pb2 as api
 
 MODES = ("nri", "hook", "none")
-HOOK_ONLY_WARNING = (
-    "claimed CPUs are exclusive only among claim holders: containers without a CPU claim may "
-    "still run on them"
-)
 
 PINNING_MODE = Gauge(
     "topodra_cpu_pinning_mode",

@@ -25,6 +25,12 @@ from topodra.common.runtime.claims.spec import env_token
 from topodra.common.topology.model import Topology
 from topodra.drivers.cpu.policy import fmt
 
+# what the hook alone cannot do (pinning modes hook and auto while NRI is away)
+HOOK_ONLY_WARNING = (
+    "claimed CPUs are exclusive only among claim holders: containers without a CPU claim may "
+    "still run on them"
+)
+
 HOOK_NAME = "cpuset.sh"
 HOOK_TIMEOUT = 10  # seconds; writing two cgroup files takes milliseconds
 CPUS_PREFIX = "TOPODRA_CPUS_"
