@@ -40,8 +40,12 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=builder /wheels /tmp/wheels
 # --no-index: exactly the wheels the builder resolved, nothing fetched at this step.
+# Bytecode for both ways the image runs Python: plain (commands such as `topodra inspect`) and
+# -OO, which the DaemonSets ask for with PYTHONOPTIMIZE=2 (no docstrings in memory); the
+# interpreter cannot write any at run time (read-only, PYTHONDONTWRITEBYTECODE).
 RUN pip install --no-cache-dir --no-index --find-links=/tmp/wheels /tmp/wheels/topodra-*.whl \
  && rm -rf /tmp/wheels \
+ && python -m compileall -q -o 0 -o 2 "$(python -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')" \
  && topodra --help >/dev/null
 # MALLOC_ARENA_MAX: glibc gives each thread that allocates its own malloc arena (up to 8 per
 # CPU); two keep the drivers' gRPC and claim threads from growing the RSS under load (the

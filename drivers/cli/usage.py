@@ -116,9 +116,11 @@ def command(
     exits: dict[int, str] | None = None,
 ) -> argparse.ArgumentParser:
     """A subcommand's parser whose --help starts with the first paragraph of its module's
-    docstring and ends with its examples and exit codes, the same layout on every command."""
+    docstring and ends with its examples and exit codes, the same layout on every command.
+    Under -OO (the DaemonSets set PYTHONOPTIMIZE=2) there are no docstrings: the one-line
+    `help` stands in."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        name, help=help, description=(doc or "").split("\n\n")[0], epilog=epilog(examples, exits)
+        name, help=help, description=(doc or help).split("\n\n")[0], epilog=epilog(examples, exits)
     )
     return parser
 

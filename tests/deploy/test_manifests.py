@@ -190,6 +190,18 @@ def test_two_malloc_arenas(kind: str) -> None:
     assert "MALLOC_ARENA_MAX=2" in image_env
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_drivers_run_without_docstrings_from_bytecode_the_image_carries(kind: str) -> None:
+    """PYTHONOPTIMIZE=2 keeps docstrings out of every driver's memory; the image must carry
+    that level's bytecode (nothing can be written at run time), for the standard library and
+    site-packages alike. tests/e2e runs its drivers with the DaemonSets' env."""
+    env = {e["name"]: e.get("value") for e in driver_container(DS[kind])["env"]}
+    assert env["PYTHONOPTIMIZE"] == "2"
+    text = (DEPLOY.parent / "Dockerfile").read_text().replace("\\\n", " ")
+    compiles = [line for line in text.splitlines() if "compileall" in line]
+    assert any("-o 2" in line and 'get_path("stdlib")' in line for line in compiles), compiles
+
+
 @pytest.mark.parametrize("kind", ["cpu", "accelerator"])
 def test_unprivileged_drivers(kind: str) -> None:
     pod = DS[kind]["spec"]["template"]["spec"]

@@ -43,6 +43,19 @@ def test_every_help_has_examples_and_exit_codes(command: list[str]) -> None:
     assert "  0  " in codes and "  2  " in codes
 
 
+@pytest.mark.parametrize("command", ["serve", "inspect"])
+def test_help_under_the_daemonsets_optimize_level_still_says_what_the_command_does(command: str) -> None:
+    """The DaemonSets run Python with PYTHONOPTIMIZE=2 (no docstrings), and `kubectl exec`
+    into a driver's container inherits it: --help then leads with the command's one-line help
+    instead of an empty paragraph."""
+    plain = topodra(command, "--help").stdout
+    optimized = topodra(command, "--help", env={"PYTHONOPTIMIZE": "2"})
+    assert optimized.returncode == 0, optimized.stderr
+    lead = optimized.stdout.split("\n\n")[1]  # after the usage block
+    assert lead.strip() and not lead.lstrip().startswith(("options:", "positional")), optimized.stdout
+    assert lead.split()[0] in plain  # the one-line help of the plain listing
+
+
 @pytest.mark.parametrize("columns", ["100", "", "junk"])
 def test_help_is_wrapped_to_the_width_shutil_would_give(columns: str) -> None:
     """The parsers find the terminal width without importing shutil (the inspect path stays
