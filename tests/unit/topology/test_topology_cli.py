@@ -180,7 +180,7 @@ def test_inspect_imports_no_grpc_kubernetes_or_yaml(tmp_path: Path, output: str)
     """Nor what only costs start-up time next to lstopo: dataclasses (with inspect and ast),
     typing, shutil (argparse's formatter asks it for the terminal width), weakref (the reader
     closes its descriptors without it) and ctypes (only a tree whose reads meet a link needs
-    openat2)."""
+    openat2), and importlib (main imports the subcommand without it)."""
     basic_machine(tmp_path, cpus=2)
     roots = (
         "grpc",
@@ -193,6 +193,7 @@ def test_inspect_imports_no_grpc_kubernetes_or_yaml(tmp_path: Path, output: str)
         "shutil",
         "weakref",
         "ctypes",
+        "importlib",
     )
     code = forget_first(*roots) + (
         "from topodra.drivers.cli.main import main\n"
