@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
 
 from topodra.common.topology.model import DiscoveryWarning
 
 TYPE_CHECKING = False  # not typing's: importing typing costs milliseconds on the inspect path
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # and collections.abc's: ~0.2 ms of it
+    from collections.abc import Callable
     from typing import Protocol
 
     class Entry(Protocol):

@@ -6,7 +6,6 @@ kubernetes client: discovery must stay cheaper than lstopo on the same tree.
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 from topodra.drivers.cli.usage import Parser, VersionAction, epilog
@@ -15,6 +14,7 @@ from topodra.drivers.cli.usage import Parser, VersionAction, epilog
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
 # subcommand -> module under topodra.drivers.cli that defines register(subparsers) and run(args)
 SUBCOMMANDS: dict[str, str] = {
@@ -48,8 +48,16 @@ def build_parser(only: str | None = None) -> Parser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for name, module in SUBCOMMANDS.items():
         if only is None or name == only:
-            importlib.import_module(f"topodra.drivers.cli.{module}").register(sub)
+            _subcommand(module).register(sub)
     return parser
+
+
+def _subcommand(module: str) -> Any:
+    """topodra.drivers.cli.`module`. Not importlib.import_module: importing importlib costs
+    about 0.2 ms of every `topodra inspect`."""
+    name = f"topodra.drivers.cli.{module}"
+    __import__(name)
+    return sys.modules[name]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,7 @@ import sys
 from dataclasses import FrozenInstanceError, dataclass
 
 import pytest
-from topodra.common.records import FrozenRecordError, field, record
+from topodra.common.records import COMPILE_AFTER, FrozenRecordError, field, record
 
 from tests.kit.imports import forget_first
 
@@ -112,11 +112,11 @@ def test_records_import_neither_dataclasses_nor_typing() -> None:
 
 def test_a_record_is_made_without_compile() -> None:
     """The first compile() call of a process builds the `ast` node classes (~1.5 ms of every
-    `topodra inspect`): records exec their `__init__` text instead, and tracebacks still name
-    the record."""
+    `topodra inspect`): records exec their `__init__` text instead (once past their first
+    COMPILE_AFTER instances), and tracebacks still name the record."""
     code = (
         "import builtins\n"
-        "from topodra.common.records import record, field\n"
+        "from topodra.common.records import COMPILE_AFTER, record, field\n"
         "def refuse(*a, **k):\n"
         "    raise AssertionError('compile() called')\n"
         "builtins.compile = refuse\n"
@@ -126,7 +126,62 @@ def test_a_record_is_made_without_compile() -> None:
         "    b: list = field(default_factory=list)\n"
         "p = Pair(1)\n"
         "assert p == Pair(1, []) and p.b == [], p\n"
+        "for _ in range(COMPILE_AFTER):\n"
+        "    Pair(2)\n"
         "assert Pair.__init__.__code__.co_filename == '<record Pair>', Pair.__init__.__code__\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
+
+
+def _mixed() -> type:
+    """A fresh record class of every kind of field: each class counts its own instances."""
+
+    @record
+    class Mixed:
+        a: int
+        b: tuple[int, ...] = ()
+        c: list[int] = field(default_factory=list)
+        d: int = field(init=False, default=7)
+        e: dict[str, int] = field(init=False, repr=False, compare=False)
+
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "e", {"a": self.a})
+
+    return Mixed
+
+
+CALLS: list[tuple[tuple[object, ...], dict[str, object]]] = [
+    ((1,), {}),
+    ((1, (2,)), {}),
+    ((1, (2,), [3]), {}),
+    ((), {"a": 1, "c": [3]}),
+    ((1,), {"c": [4], "b": (5,)}),
+]
+WRONG_CALLS: list[tuple[tuple[object, ...], dict[str, object]]] = [
+    ((), {}),  # a is missing
+    ((1,), {"a": 1}),  # a twice
+    ((1, (), [], 4), {}),  # too many
+    ((1,), {"d": 1}),  # not an __init__ argument
+    ((1,), {"z": 1}),  # unknown
+]
+
+
+def test_the_first_instances_are_set_as_the_compiled_init_sets_them() -> None:
+    """Records made a few times skip the compile (records.py: COMPILE_AFTER); their instances
+    are the same as those of a compiled `__init__`, and a wrong call raises the same error."""
+    early, late = _mixed(), _mixed()
+    for _ in range(COMPILE_AFTER + 1):
+        late(0)
+    assert late.__init__.__code__.co_filename == "<record Mixed>"  # type: ignore[misc]
+    for args, kwargs in CALLS:
+        x, y = early(*args, **kwargs), late(*args, **kwargs)
+        assert (repr(x), x.d, x.e) == (repr(y), y.d, y.e)  # type: ignore[attr-defined]
+    assert early(1).c is not early(1).c  # type: ignore[attr-defined]
+    assert early.__init__.__code__.co_filename.endswith("records.py")  # type: ignore[misc]
+    for args, kwargs in WRONG_CALLS:
+        with pytest.raises(TypeError) as wrong_early:
+            early(*args, **kwargs)
+        with pytest.raises(TypeError) as wrong_late:
+            late(*args, **kwargs)
+        assert str(wrong_early.value) == str(wrong_late.value)

@@ -38,3 +38,27 @@ def test_names_come_from_the_given_database(tmp_path: Path) -> None:
 
 def test_no_database_no_name(tmp_path: Path) -> None:
     assert function(0x10DE, 0x2330).product_name((str(tmp_path / "absent"),)) is None
+
+
+def test_lines_around_a_vendor_keep_their_meaning(tmp_path: Path) -> None:
+    """Names are looked up in the file, not parsed from all of it (pciids.py): a comment inside
+    a vendor's devices, a subsystem line, the last vendor before the device classes, and a
+    database without vendors (the next path answers) read as in the whole file."""
+    ids = tmp_path / "pci.ids"
+    ids.write_text(
+        "15b3  Mellanox Technologies\n"
+        "\t1017  MT27800 Family [ConnectX-5]\n"
+        "# a comment between devices\n"
+        "\t\t15b3 1021  MT2894 Family [ConnectX-6 Lx] subsystem\n"
+        "\t101d  MT2892 Family [ConnectX-6 Dx]\n"
+        "1af4  Red Hat, Inc.\n"
+        "C 02  Network controller\n"
+        "\t1021  not a device\n"
+    )
+    only_classes = tmp_path / "classes.ids"
+    only_classes.write_text("# classes only\nC 02  Network controller\n")
+    paths = (str(only_classes), str(ids))
+    assert lookup(0x15B3, 0x101D, paths) == "Mellanox Technologies MT2892 Family [ConnectX-6 Dx]"
+    assert lookup(0x15B3, 0x1021, paths) == "Mellanox Technologies"  # a subsystem, not a device
+    assert lookup(0x1AF4, 0x1021, paths) == "Red Hat, Inc."  # the classes are no vendor's devices
+    assert lookup(0x0002, 0x1021, paths) is None
