@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -48,9 +48,10 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from hack.bench.prepare_plugin import BenchDriver  # noqa: E402  (exclusive devices, no side effects)
+
 NODE = "reconcile-node"
 DRIVER = "reconcile.bench.topodra.io"
-DEVICES = 4096
 
 
 HEADER = """\
@@ -177,38 +178,6 @@ class VirtualStop:
 # --- the driver and the claims ---------------------------------------------------------------
 
 
-class BenchDriver:
-    """Exclusive devices with no side effects: the figures are the runtime's reads only."""
-
-    def __init__(self) -> None:
-        from topodra.common.device import Device
-
-        self.name = DRIVER
-        self._devices = tuple(Device(name=f"dev-{i}") for i in range(DEVICES))
-
-    def scan(self) -> Any:
-        from topodra.common.runtime.driver import Scan
-
-        return Scan(self._devices)
-
-    def prepare(self, claim: Any, results: Sequence[Any], config: Sequence[Any]) -> Any:
-        from topodra.common.cdi.edits import ContainerEdits
-        from topodra.common.runtime.driver import Preparation, PreparedDevice
-
-        return Preparation(
-            devices=tuple(
-                PreparedDevice(r.request, r.pool, r.device, ContainerEdits(env=(f"BENCH={r.device}",)))
-                for r in results
-            )
-        )
-
-    def unprepare(self, claim: Any, preparation: Any) -> None:
-        pass
-
-    def restore(self, prepared: Mapping[Any, Any]) -> None:
-        pass
-
-
 class QuorumOnly:
     """The real source with every read a quorum read (the loop before it read the watch cache)."""
 
@@ -305,7 +274,7 @@ def run_arm(
     arm = Arm(n, name, seconds)
     try:
         with tempfile.TemporaryDirectory(prefix="bench-reconcile-", dir="/tmp") as tmp:
-            m = ClaimManager.create(BenchDriver(), NODE, source, Path(tmp) / "state", Path(tmp) / "cdi")
+            m = ClaimManager.create(BenchDriver(DRIVER), NODE, source, Path(tmp) / "state", Path(tmp) / "cdi")
             m.start()
             for i in range(0, n, 64):
                 failed = [o.error for o in m.prepare(refs[i : i + 64]).values() if o.error]
