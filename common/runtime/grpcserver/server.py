@@ -20,12 +20,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 from topodra.common import logs
 from topodra.common.runtime.grpcserver.connection import DEFAULT_LIMITS, Connection, Limits, Method
+from topodra.common.runtime.grpcserver.workers import Workers
 
 
 class GrpcServer:
@@ -35,13 +35,13 @@ class GrpcServer:
         self.name = name
         self._routes = dict(routes)
         self._limits = limits
-        self._pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"grpc-{name}")
         self._listener: socket.socket | None = None
         self._accepting: threading.Thread | None = None
         self._connections: dict[Connection, threading.Thread] = {}
         self._lock = threading.Lock()
         self._stopping = False
         self._log = logs.get(__name__, socket=name)
+        self._pool = Workers(workers, f"grpc-{name}", self._log)
 
     def listen(self, path: Path) -> None:
         """Bind `path` (up to the 108 bytes the kubelet dials) and listen."""
@@ -118,7 +118,7 @@ class GrpcServer:
             conn.shutdown()
         for thread in connections.values():
             thread.join(timeout=max(0.1, deadline - time.monotonic()))
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.close()
 
 
 def _bind(sock: socket.socket, path: Path) -> None:

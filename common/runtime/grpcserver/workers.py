@@ -1,0 +1,88 @@
+"""The threads that run the server's calls: up to `size`, started as calls need them.
+
+Why not concurrent.futures' ThreadPoolExecutor: it makes a Future per call (a Condition and its
+lock), takes and gives a semaphore per call and keeps what a call raised inside that Future, which
+nobody here reads. The server needs only "run this soon on a thread of the pool": one lock
+taken per call and a queue (docs/bench/latest.md has what it cost). What a call raises is
+logged, naming the call, instead of being kept.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from topodra.common import logs
+
+_Item = tuple[Callable[..., None], tuple[Any, ...]] | None  # None: a worker's signal to end
+
+
+class Workers:
+    def __init__(self, size: int, name: str, log: logs.Logger) -> None:
+        if size < 1:
+            raise ValueError(f"a worker pool needs at least one thread, not {size}")
+        self._size = size
+        self._name = name
+        self._log = log
+        self._calls: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        # Workers that finished a call and will take the next one: each submit takes one such
+        # promise or, with none left, starts a thread (up to `size`); with neither, the call
+        # waits in the queue for the first worker free.
+        self._idle = 0
+        self._closed = False
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"worker pool {self._name} is closed")
+            self._calls.put((fn, args))
+            if self._idle:
+                self._idle -= 1
+                return
+            if len(self._threads) >= self._size:
+                return
+            thread = threading.Thread(
+                target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True
+            )
+            self._threads.append(thread)
+        thread.start()
+
+    def _work(self) -> None:
+        calls, lock = self._calls, self._lock
+        while (item := calls.get()) is not None:
+            fn, args = item
+            try:
+                fn(*args)
+            except BaseException as e:  # a worker outlives the call it ran
+                self._log.exception(
+                    "gRPC worker: a call raised",
+                    pool=self._name,
+                    call=getattr(fn, "__qualname__", repr(fn)),
+                    error=f"{type(e).__name__}: {e}",
+                )
+            del item, fn, args  # hold nothing of the call while waiting for the next one
+            with lock:
+                self._idle += 1
+
+    def close(self) -> None:
+        """No new calls; calls not yet started are dropped (their connections are closed by
+        now), those running finish on their own: this does not wait for them."""
+        with self._lock:
+            self._closed = True
+            threads = len(self._threads)
+        while True:
+            try:
+                self._calls.get_nowait()
+            except queue.Empty:
+                break
+        for _ in range(threads):
+            self._calls.put(None)
+
+    def threads(self) -> int:
+        """Threads started so far (never more than `size`)."""
+        with self._lock:
+            return len(self._threads)

@@ -1,0 +1,149 @@
+"""The server's worker pool: real threads, no mocks."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from topodra.common import logs
+from topodra.common.runtime.grpcserver.workers import Workers
+
+LOGGER = "topodra.test.workers"
+
+
+def pool(size: int) -> Workers:
+    return Workers(size, "grpc-test", logs.get(LOGGER))
+
+
+def settle(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.005)
+
+
+def test_calls_run_with_their_arguments_on_as_many_threads_as_run_at_once() -> None:
+    w = pool(4)
+    barrier = threading.Barrier(4, timeout=5)
+    seen: list[tuple[int, str]] = []
+    done = threading.Semaphore(0)
+
+    def call(i: int) -> None:
+        barrier.wait()  # all four at once, or the barrier breaks: one thread each
+        seen.append((i, threading.current_thread().name))
+        done.release()
+
+    for i in range(4):
+        w.submit(call, i)
+    for _ in range(4):
+        assert done.acquire(timeout=5)
+    assert sorted(i for i, _ in seen) == [0, 1, 2, 3]
+    assert len({name for _, name in seen}) == 4
+    assert all(name.startswith("grpc-test-") for _, name in seen)
+    w.close()
+
+
+def test_calls_one_after_another_reuse_one_thread() -> None:
+    w = pool(16)
+    done = threading.Event()
+    for _ in range(50):
+        done.clear()
+        w.submit(done.set)
+        assert done.wait(5)
+        settle(lambda: w._idle == 1)  # the worker is back for the next call
+    assert w.threads() == 1
+    w.close()
+
+
+def test_no_more_threads_than_the_size_and_the_rest_wait_their_turn() -> None:
+    w = pool(2)
+    release = threading.Event()
+    ran: list[int] = []
+
+    def call(i: int) -> None:
+        release.wait(5)
+        ran.append(i)
+
+    for i in range(6):
+        w.submit(call, i)
+    assert w.threads() == 2
+    time.sleep(0.05)
+    assert ran == []  # both threads busy: the other four wait in the queue
+    release.set()
+    settle(lambda: len(ran) == 6)
+    assert sorted(ran) == list(range(6))
+    assert w.threads() == 2
+    w.close()
+
+
+def test_a_call_that_raises_is_logged_by_name_and_the_worker_serves_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = pool(1)
+    done = threading.Event()
+
+    def broken_call() -> None:
+        raise OSError("connection reset")
+
+    with caplog.at_level("ERROR", logger=LOGGER):
+        w.submit(broken_call)
+        w.submit(done.set)
+        assert done.wait(5)
+    record = next(r for r in caplog.records if r.name == LOGGER)
+    fields = getattr(record, "topodra_fields", {})
+    assert "broken_call" in fields["call"]
+    assert fields["error"] == "OSError: connection reset"
+    assert record.exc_info is not None
+    assert w.threads() == 1
+    w.close()
+
+
+def test_close_drops_calls_not_started_ends_the_threads_and_refuses_more() -> None:
+    w = pool(1)
+    started, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def first() -> None:
+        started.set()
+        release.wait(5)
+        ran.append("first")
+
+    w.submit(first)
+    assert started.wait(5)
+    w.submit(ran.append, "queued")
+    w.close()
+    release.set()
+    thread = w._threads[0]
+    thread.join(5)
+    assert not thread.is_alive()
+    assert ran == ["first"]  # the one running finished; the queued one never ran
+    with pytest.raises(RuntimeError, match="grpc-test is closed"):
+        w.submit(ran.append, "late")
+
+
+def test_a_pool_needs_a_thread() -> None:
+    with pytest.raises(ValueError, match="at least one thread"):
+        pool(0)
+
+
+def test_the_server_logs_what_a_call_raises_outside_its_handler(caplog: pytest.LogCaptureFixture) -> None:
+    """What a connection's call raises past its own handling (say, writing to a connection that
+    just broke) was kept in a Future nobody read, and so never seen."""
+    from topodra.common.runtime.grpcserver.server import GrpcServer
+
+    server = GrpcServer("test", {}, workers=1)
+    done = threading.Event()
+
+    def write_answer() -> None:
+        raise BrokenPipeError("the kubelet hung up")
+
+    with caplog.at_level("ERROR", logger="topodra.common.runtime.grpcserver.server"):
+        server._submit(write_answer)
+        server._submit(done.set)
+        assert done.wait(5)
+    fields = [getattr(r, "topodra_fields", {}) for r in caplog.records]
+    assert any("write_answer" in f.get("call", "") and f.get("socket") == "test" for f in fields)
+    server.stop(grace=0)
