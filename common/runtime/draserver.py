@@ -8,7 +8,6 @@ not even when the processor itself fails.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -161,13 +160,16 @@ class DRAServicer:
 
     def _call_async(self, operation: str, refs: list[ClaimRef], run: Any, done: Any) -> None:
         """`run(refs, done)`; if it raises, `done` gets every claim failed (once: a call the
-        core answered already keeps its answer)."""
-        answered = threading.Event()
+        core answered already keeps its answer). `list.pop` hands `done` to exactly one caller,
+        whichever thread comes first, with no Event (a Condition and a lock) made per call."""
+        pending = [done]
 
         def once(got: Any) -> None:
-            if not answered.is_set():
-                answered.set()
-                done(got)
+            try:
+                answer = pending.pop()
+            except IndexError:  # answered already
+                return
+            answer(got)
 
         try:
             run(refs, once)
