@@ -4,7 +4,10 @@ Why not concurrent.futures' ThreadPoolExecutor: it makes a Future per call (a Co
 lock), takes and gives a semaphore per call and keeps what a call raised inside that Future, which
 nobody here reads. The server needs only "run this soon on a thread of the pool": one lock
 taken per call and a queue (docs/bench/latest.md has what it cost). What a call raises is
-logged, naming the call, instead of being kept.
+logged, naming the call, instead of being kept. The threads are daemons: a driver that exits
+does not wait for a call stuck past the server's grace period, which ThreadPoolExecutor's threads
+made it do; ending a call anywhere is what a kill does, and the claim core is safe against a kill
+at every step (docs/design/claim-lifecycle.md).
 """
 
 from __future__ import annotations
