@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import yaml
 from topodra.common.runtime.checkpoint import newest
 
 from tests.conftest import REPO
 from tests.controlplane.cluster import ControlPlane, api_resource, driver_name
+from tests.kit.deployed import driver_env
 from tests.kubelet.client import KubeletClient, watch_registry
 
 KINDS = ("cpu", "accelerator", "nic")
@@ -82,14 +82,6 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def deployed_env(kind: str) -> dict[str, str]:
-    """The literal env values deploy/base gives the driver's container (MALLOC_ARENA_MAX,
-    PYTHONOPTIMIZE, ...): the processes here run with them, as the DaemonSets run them."""
-    doc = yaml.safe_load((REPO / "deploy" / "base" / f"{kind}-driver.yaml").read_text())
-    (driver,) = (c for c in doc["spec"]["template"]["spec"]["containers"] if c["name"] == "driver")
-    return {e["name"]: str(e["value"]) for e in driver.get("env") or () if "value" in e}
-
-
 class DriverProcess:
     """One `topodra serve <kind>` for one node, its output in a log file; restartable."""
 
@@ -115,7 +107,7 @@ class DriverProcess:
         self._proc = subprocess.Popen(
             self.argv,
             cwd=REPO,
-            env=os.environ | deployed_env(self.kind),
+            env=os.environ | driver_env(self.kind),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,

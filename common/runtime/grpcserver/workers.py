@@ -31,7 +31,7 @@ class Workers:
         self._log = log
         self._calls: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
+        self._started = 0  # threads, never more than `size`
         # Workers that finished a call and will take the next one: each submit takes one such
         # promise or, with none left, starts a thread (up to `size`); with neither, the call
         # waits in the queue for the first worker free.
@@ -46,12 +46,10 @@ class Workers:
             if self._idle:
                 self._idle -= 1
                 return
-            if len(self._threads) >= self._size:
+            if self._started >= self._size:
                 return
-            thread = threading.Thread(
-                target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True
-            )
-            self._threads.append(thread)
+            thread = threading.Thread(target=self._work, name=f"{self._name}-{self._started}", daemon=True)
+            self._started += 1
         thread.start()
 
     def _work(self) -> None:
@@ -76,7 +74,7 @@ class Workers:
         now), those running finish on their own: this does not wait for them."""
         with self._lock:
             self._closed = True
-            threads = len(self._threads)
+            threads = self._started
         while True:
             try:
                 self._calls.get_nowait()
@@ -84,8 +82,3 @@ class Workers:
                 break
         for _ in range(threads):
             self._calls.put(None)
-
-    def threads(self) -> int:
-        """Threads started so far (never more than `size`)."""
-        with self._lock:
-            return len(self._threads)

@@ -13,8 +13,13 @@ from topodra.common.runtime.grpcserver.workers import Workers
 LOGGER = "topodra.test.workers"
 
 
-def pool(size: int) -> Workers:
-    return Workers(size, "grpc-test", logs.get(LOGGER))
+def pool(size: int, name: str) -> Workers:
+    return Workers(size, name, logs.get(LOGGER))
+
+
+def threads(name: str) -> list[threading.Thread]:
+    """The pool's live threads, as the interpreter lists them (each test names its own pool)."""
+    return [t for t in threading.enumerate() if t.name.startswith(f"{name}-")]
 
 
 def settle(check: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -26,7 +31,7 @@ def settle(check: Callable[[], bool], timeout: float = 5.0) -> None:
 
 
 def test_calls_run_with_their_arguments_on_as_many_threads_as_run_at_once() -> None:
-    w = pool(4)
+    w = pool(4, "grpc-four")
     barrier = threading.Barrier(4, timeout=5)
     seen: list[tuple[int, str]] = []
     done = threading.Semaphore(0)
@@ -42,24 +47,24 @@ def test_calls_run_with_their_arguments_on_as_many_threads_as_run_at_once() -> N
         assert done.acquire(timeout=5)
     assert sorted(i for i, _ in seen) == [0, 1, 2, 3]
     assert len({name for _, name in seen}) == 4
-    assert all(name.startswith("grpc-test-") for _, name in seen)
+    assert all(name.startswith("grpc-four-") for _, name in seen)
     w.close()
 
 
 def test_calls_one_after_another_reuse_one_thread() -> None:
-    w = pool(16)
+    w = pool(16, "grpc-reuse")
     done = threading.Event()
     for _ in range(50):
         done.clear()
         w.submit(done.set)
         assert done.wait(5)
         settle(lambda: w._idle == 1)  # the worker is back for the next call
-    assert w.threads() == 1
+    assert len(threads("grpc-reuse")) == 1
     w.close()
 
 
 def test_no_more_threads_than_the_size_and_the_rest_wait_their_turn() -> None:
-    w = pool(2)
+    w = pool(2, "grpc-two")
     release = threading.Event()
     ran: list[int] = []
 
@@ -69,20 +74,20 @@ def test_no_more_threads_than_the_size_and_the_rest_wait_their_turn() -> None:
 
     for i in range(6):
         w.submit(call, i)
-    assert w.threads() == 2
+    assert len(threads("grpc-two")) == 2
     time.sleep(0.05)
     assert ran == []  # both threads busy: the other four wait in the queue
     release.set()
     settle(lambda: len(ran) == 6)
     assert sorted(ran) == list(range(6))
-    assert w.threads() == 2
+    assert len(threads("grpc-two")) == 2
     w.close()
 
 
 def test_a_call_that_raises_is_logged_by_name_and_the_worker_serves_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    w = pool(1)
+    w = pool(1, "grpc-raise")
     done = threading.Event()
 
     def broken_call() -> None:
@@ -97,12 +102,12 @@ def test_a_call_that_raises_is_logged_by_name_and_the_worker_serves_on(
     assert "broken_call" in fields["call"]
     assert fields["error"] == "OSError: connection reset"
     assert record.exc_info is not None
-    assert w.threads() == 1
+    assert len(threads("grpc-raise")) == 1
     w.close()
 
 
 def test_close_drops_calls_not_started_ends_the_threads_and_refuses_more() -> None:
-    w = pool(1)
+    w = pool(1, "grpc-close")
     started, release = threading.Event(), threading.Event()
     ran: list[str] = []
 
@@ -113,20 +118,20 @@ def test_close_drops_calls_not_started_ends_the_threads_and_refuses_more() -> No
 
     w.submit(first)
     assert started.wait(5)
+    (thread,) = threads("grpc-close")
     w.submit(ran.append, "queued")
     w.close()
     release.set()
-    thread = w._threads[0]
     thread.join(5)
     assert not thread.is_alive()
     assert ran == ["first"]  # the one running finished; the queued one never ran
-    with pytest.raises(RuntimeError, match="grpc-test is closed"):
+    with pytest.raises(RuntimeError, match="grpc-close is closed"):
         w.submit(ran.append, "late")
 
 
 def test_a_pool_needs_a_thread() -> None:
     with pytest.raises(ValueError, match="at least one thread"):
-        pool(0)
+        pool(0, "grpc-none")
 
 
 def test_the_server_logs_what_a_call_raises_outside_its_handler(caplog: pytest.LogCaptureFixture) -> None:
