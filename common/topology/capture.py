@@ -6,6 +6,10 @@ plus what a listing showed that is not a regular file (sub-folders, as empty fol
 and links), because discovery decides from names in listings. Any link met on the way to a
 recorded path is stored as a link at its real place, so paths resolve in the unpacked tree the
 way they did on the machine.
+
+A driver also reads a few files at its edge (`hostfiles`: the NVIDIA driver's minors, device
+memory, `proc/devices`); the caller passes that reading as `edge_reads`, and what it touched is
+read again through the recording reader, so those files travel too.
 """
 
 from __future__ import annotations
@@ -14,8 +18,11 @@ import io
 import os
 import stat
 import tarfile
+from collections.abc import Callable
 
+from topodra.common.topology import hostfiles
 from topodra.common.topology.discover import check_root, discover_with
+from topodra.common.topology.model import Topology
 from topodra.common.topology.reader import SysfsReader, is_dir, is_link
 
 _MAX_HOPS = 40
@@ -140,9 +147,29 @@ def write_archive(entries: dict[str, Entry], output: str) -> int:
     return len(entries)
 
 
-def capture(root: str | os.PathLike[str], output: str | os.PathLike[str]) -> int:
+def record_edge_reads(r: SysfsReader, topo: Topology, edge_reads: Callable[[Topology], object]) -> None:
+    """Run `edge_reads` and read each path under the root it touched through the recording reader."""
+    with hostfiles.recording() as touched:
+        edge_reads(topo)
+    for path in sorted(touched):
+        rel = os.path.relpath(os.path.abspath(path), r.root)
+        if rel == "." or rel == ".." or rel.startswith("../"):
+            continue  # outside the tree (a pci.ids file, say): not the machine's to capture
+        if r.is_dir(rel):
+            r.scandir(rel)
+        else:
+            r.read(rel)
+
+
+def capture(
+    root: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    edge_reads: Callable[[Topology], object] | None = None,
+) -> int:
     """Discover `root` while recording, then write the archive; returns the number of entries."""
     check_root(root)
     r = SysfsReader(root, record=True)
-    discover_with(r)
+    topo = discover_with(r)
+    if edge_reads is not None:
+        record_edge_reads(r, topo, edge_reads)
     return write_archive(plan(r), os.fspath(output))

@@ -2,20 +2,55 @@
 numbers, `proc/devices`. Relative to the discovery root like discovery, so a captured or
 synthetic tree answers as the machine would; an unreadable or odd file gives None (or an empty
 answer), never an error.
+
+`topodra capture` runs a driver's edge reads inside `recording()`, so the archive holds these files
+too and a driver on the unpacked capture sees what it saw on the machine.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 _MAX_READ = 1 << 16
 _DEV = re.compile(r"(\d+):(\d+)\Z")
+_touched: ContextVar[set[str] | None] = ContextVar("topodra_hostfiles_touched", default=None)
+
+
+@contextmanager
+def recording() -> Iterator[set[str]]:
+    """The paths the helpers below read or list meanwhile (in this context), present or not."""
+    seen: set[str] = set()
+    token = _touched.set(seen)
+    try:
+        yield seen
+    finally:
+        _touched.reset(token)
+
+
+def _note(path: Path) -> None:
+    seen = _touched.get()
+    if seen is not None:
+        seen.add(os.fspath(path))
+
+
+def names(folder: Path) -> list[str]:
+    """Entry names of a folder, sorted; empty when it cannot be listed."""
+    _note(folder)
+    try:
+        with os.scandir(folder) as it:
+            return sorted(e.name for e in it)
+    except OSError:
+        return []
 
 
 def read_text(path: Path) -> str | None:
     """At most 64 KiB, without the trailing NULs and white space sysfs files end with."""
+    _note(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO in a captured tree must not hang
     except OSError:

@@ -12,14 +12,13 @@ an error.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from topodra.common.topology import pciids
-from topodra.common.topology.hostfiles import char_majors, dev_numbers, devname, read_count, read_text
+from topodra.common.topology.hostfiles import char_majors, dev_numbers, devname, names, read_count, read_text
 from topodra.common.topology.model import DeviceNode, PciFunction
 
 # Class folders under a PCI function that hold its device nodes: (folder, node names, node kind).
@@ -51,20 +50,13 @@ def device_memory(fn_dir: Path) -> int | None:
     vram = read_count(fn_dir / "mem_info_vram_total")  # amdgpu, in bytes
     if vram:
         return vram
-    try:
-        ve = sorted(e.name for e in os.scandir(fn_dir / "ve") if e.name.startswith("ve"))
-    except OSError:
-        ve = []
+    ve = [n for n in names(fn_dir / "ve") if n.startswith("ve")]
     if ve:  # NEC ve_drv: memory_size in GiB (48 on a Type 10B, which has 48 GB of HBM2)
         gib = read_count(fn_dir / "ve" / ve[0] / "memory_size")
         if gib:
             return gib << 30
     total = 0
-    try:
-        tiles = [e.name for e in os.scandir(fn_dir) if _TILE.match(e.name)]
-    except OSError:
-        tiles = []
-    for tile in sorted(tiles):  # xe: one VRAM region per tile
+    for tile in [n for n in names(fn_dir) if _TILE.match(n)]:  # xe: one VRAM region per tile
         size = read_count(fn_dir / tile / "physical_vram_size_bytes")
         if size:
             total += size
@@ -88,11 +80,7 @@ def scan_nodes(
     """Nodes of a function in the given class folders (kind drm-render/drm-card, accel, ve)."""
     nodes = []
     for sub, pattern, kind in classes:
-        try:
-            names = sorted(e.name for e in os.scandir(fn_dir / sub) if pattern.match(e.name))
-        except OSError:
-            continue
-        for name in names:
+        for name in [n for n in names(fn_dir / sub) if pattern.match(n)]:
             class_dir = fn_dir / sub / name
             numbers = dev_numbers(class_dir / "dev")
             major, minor = numbers if numbers else (None, None)
@@ -106,7 +94,7 @@ def scan_nodes(
 def probe(root: Path, functions: Iterable[PciFunction], pci_ids: tuple[str, ...]) -> HostInfo:
     memory: dict[str, int] = {}
     minors: dict[str, int] = {}
-    names: dict[str, str] = {}
+    products: dict[str, str] = {}
     extra: dict[str, tuple[DeviceNode, ...]] = {}
     for fn in functions:
         fn_dir = root / fn.sysfs_path
@@ -120,7 +108,7 @@ def probe(root: Path, functions: Iterable[PciFunction], pci_ids: tuple[str, ...]
         if fn.vendor is not None and fn.device is not None:
             name = pciids.lookup(fn.vendor, fn.device, pci_ids)
             if name:
-                names[fn.address] = name
+                products[fn.address] = name
         classes = VENDOR_CLASSES if fn.in_accelerator_class else DISCOVERED_CLASSES + VENDOR_CLASSES
         found = scan_nodes(fn_dir, fn.address, classes)
         if found:
@@ -128,7 +116,7 @@ def probe(root: Path, functions: Iterable[PciFunction], pci_ids: tuple[str, ...]
     return HostInfo(
         memory_bytes=memory,
         nvidia_minors=minors,
-        product_names=names,
+        product_names=products,
         extra_nodes=extra,
         char_majors=char_majors(root),
         vfio_container=dev_numbers(root / "sys/class/misc/vfio/dev"),

@@ -10,10 +10,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from topodra.drivers.cli.inspect import add_root_argument, root_problem
 from topodra.drivers.cli.usage import EXIT_FAILED, command, fail
+
+if TYPE_CHECKING:
+    from topodra.common.topology.model import Topology
 
 SUFFIX = ".tar.xz"
 SUMMARY = "pack the sysfs files discovery reads into a .tar.xz"
@@ -50,6 +54,14 @@ def register(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
+def _edge_reads(root: str, topo: Topology) -> None:
+    """What the accelerator driver reads beside discovery, for every function: the driver's own
+    include/exclude options decide which it publishes, and a capture must serve any of them."""
+    from topodra.drivers.accelerator import probe
+
+    probe.probe(Path(root), topo.pci_devices, ())
+
+
 def run(args: argparse.Namespace) -> int:
     problem = root_problem(args.sysfs_root)
     if problem is not None:
@@ -57,7 +69,9 @@ def run(args: argparse.Namespace) -> int:
     from topodra.common.topology.capture import capture
 
     try:
-        count = capture(args.sysfs_root, args.file)
+        count = capture(
+            args.sysfs_root, args.file, edge_reads=lambda topo: _edge_reads(args.sysfs_root, topo)
+        )
     except OSError as e:
         print(f"topodra capture: cannot write {args.file}: {e.strerror or e}", file=sys.stderr)
         return EXIT_FAILED
