@@ -1,8 +1,9 @@
-"""`topodra capture`: pack exactly the sysfs files discovery reads into a .tar.xz.
+"""`topodra capture`: pack exactly the sysfs and proc files topodra reads into a .tar.xz.
 
-The archive unpacks to `sys/` (and `proc/` when read) with links kept as relative links, so
-`topodra inspect --sysfs-root <unpacked>` prints the same JSON as on the machine itself. That
-makes a user's machine a test fixture without shipping their whole /sys.
+The archive unpacks to `sys/` and `proc/` with links kept as relative links, so
+`topodra inspect --sysfs-root <unpacked>` prints the same JSON as on the machine itself and the
+accelerator driver sees the same devices (NVIDIA minors, device memory). That makes a user's
+machine a test fixture without shipping their whole /sys.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from topodra.common.topology.model import Topology
 
 SUFFIX = ".tar.xz"
-SUMMARY = "pack the sysfs files discovery reads into a .tar.xz"
+SUMMARY = "pack the sysfs and proc files topodra reads into a .tar.xz"
 EXAMPLES = (
     ("topodra capture --file me.tar.xz", "this machine's topology, to attach to a bug report"),
     ("mkdir m && tar -xJf me.tar.xz -C m && topodra inspect --sysfs-root m", "look at a capture"),
