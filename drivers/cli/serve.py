@@ -17,7 +17,7 @@ from topodra.common.kubeapi.claims import KubeClaimSource
 from topodra.common.runtime import capabilities
 from topodra.common.runtime.claimstatus import KubeClaimStatusWriter
 from topodra.common.runtime.observability import Observability
-from topodra.common.runtime.plugin import PluginOptions, serve_all
+from topodra.common.runtime.plugin import PluginOptions, serve_all, settle_heap
 from topodra.common.runtime.service import DriverService
 from topodra.common.runtime.statusqueue import QueuedStatusWriter
 from topodra.drivers import flags, registry
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if observability is not None:
             observability.start()
-        serve_all(services)
+        serve_all(services, on_started=settle_heap)
     except Exception as e:
         log.exception("plugin failed", error=f"{type(e).__name__}: {e}")
         return EXIT_START

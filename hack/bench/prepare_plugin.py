@@ -136,13 +136,15 @@ class MemoryProcessor:
 
 def serve(args: argparse.Namespace) -> int:
     from topodra.common import logs
-    from topodra.common.runtime.plugin import Plugin, PluginOptions, serve_all
+    from topodra.common.runtime.plugin import Plugin, PluginOptions, serve_all, settle_heap
     from topodra.common.runtime.service import DriverService
 
     logs.setup("ERROR")  # refused claims are expected in the three-driver RSS run
     root = Path(args.root)
 
     def started() -> None:
+        if not os.environ.get("BENCH_NO_SETTLE"):  # A/B only
+            settle_heap()  # as `topodra serve` does
         (root / "started").write_text(str(os.getpid()))
 
     if args.plane_only:
