@@ -55,7 +55,7 @@ def register(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
-def _edge_reads(root: str, topo: Topology) -> None:
+def driver_edge_reads(root: str, topo: Topology) -> None:
     """What the accelerator driver reads beside discovery, for every function: the driver's own
     include/exclude options decide which it publishes, and a capture must serve any of them."""
     from topodra.drivers.accelerator import probe
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         count = capture(
-            args.sysfs_root, args.file, edge_reads=lambda topo: _edge_reads(args.sysfs_root, topo)
+            args.sysfs_root, args.file, edge_reads=lambda topo: driver_edge_reads(args.sysfs_root, topo)
         )
     except OSError as e:
         print(f"topodra capture: cannot write {args.file}: {e.strerror or e}", file=sys.stderr)

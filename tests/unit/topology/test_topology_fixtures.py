@@ -15,6 +15,7 @@ from topodra.common.topology import discover
 from topodra.common.topology.capture import capture
 from topodra.common.topology.jsonview import to_json
 from topodra.common.topology.model import Topology
+from topodra.drivers.cli.capture import driver_edge_reads
 
 from tests.conftest import FixtureTrees, fixture_names, skip_or_fail
 from tests.kit import hwloc
@@ -40,7 +41,7 @@ def test_capture_of_a_fixture_reproduces_its_json(
 ) -> None:
     root = fixture_trees.root(name)
     archive = tmp_path / "capture.tar.xz"
-    capture(root, archive)
+    capture(root, archive, lambda topo: driver_edge_reads(str(root), topo))  # as the command does
     with tarfile.open(archive) as tar:
         tar.extractall(tmp_path / "unpacked", filter="tar")
     assert to_json(discover(tmp_path / "unpacked")) == to_json(discover(root))
