@@ -8,8 +8,8 @@ recorded path is stored as a link at its real place, so paths resolve in the unp
 way they did on the machine.
 
 A driver also reads a few files at its edge (`hostfiles`: the NVIDIA driver's minors, device
-memory, `proc/devices`); the caller passes that reading as `edge_reads`, and what it touched is
-read again through the recording reader, so those files travel too.
+memory, `proc/devices`); the caller passes that reading as `edge_reads(root, topology)`, and
+what it touched is read again through the recording reader, so those files travel too.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import os
 import stat
 import tarfile
 from collections.abc import Callable
+from pathlib import Path
 
 from topodra.common.topology import hostfiles
 from topodra.common.topology.discover import check_root, discover_with
@@ -147,10 +148,13 @@ def write_archive(entries: dict[str, Entry], output: str) -> int:
     return len(entries)
 
 
-def record_edge_reads(r: SysfsReader, topo: Topology, edge_reads: Callable[[Topology], object]) -> None:
+EdgeReads = Callable[[Path, Topology], object]
+
+
+def record_edge_reads(r: SysfsReader, topo: Topology, edge_reads: EdgeReads) -> None:
     """Run `edge_reads` and read each path under the root it touched through the recording reader."""
     with hostfiles.recording() as touched:
-        edge_reads(topo)
+        edge_reads(Path(r.root), topo)
     for path in sorted(touched):
         rel = os.path.relpath(os.path.abspath(path), r.root)
         if rel == "." or rel == ".." or rel.startswith("../"):
@@ -164,7 +168,7 @@ def record_edge_reads(r: SysfsReader, topo: Topology, edge_reads: Callable[[Topo
 def capture(
     root: str | os.PathLike[str],
     output: str | os.PathLike[str],
-    edge_reads: Callable[[Topology], object] | None = None,
+    edge_reads: EdgeReads | None = None,
 ) -> int:
     """Discover `root` while recording, then write the archive; returns the number of entries."""
     check_root(root)

@@ -55,12 +55,12 @@ def register(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
-def driver_edge_reads(root: str, topo: Topology) -> None:
+def driver_edge_reads(root: Path, topo: Topology) -> None:
     """What the accelerator driver reads beside discovery, for every function: the driver's own
     include/exclude options decide which it publishes, and a capture must serve any of them."""
     from topodra.drivers.accelerator import probe
 
-    probe.probe(Path(root), topo.pci_devices, ())
+    probe.probe(root, topo.pci_devices, ())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,9 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from topodra.common.topology.capture import capture
 
     try:
-        count = capture(
-            args.sysfs_root, args.file, edge_reads=lambda topo: driver_edge_reads(args.sysfs_root, topo)
-        )
+        count = capture(args.sysfs_root, args.file, driver_edge_reads)
     except OSError as e:
         print(f"topodra capture: cannot write {args.file}: {e.strerror or e}", file=sys.stderr)
         return EXIT_FAILED

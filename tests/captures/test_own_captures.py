@@ -10,6 +10,7 @@ the repository, so these tests run everywhere, without ../shared.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -59,11 +60,15 @@ def topodra(*args: str) -> str:
     return done.stdout
 
 
+@functools.cache
+def slices_json(root: Path) -> str:
+    """`topodra slices --driver all -o json` on the capture, run once per capture."""
+    return topodra("slices", "--driver", "all", "--sysfs-root", str(root), "--node-name", NODE, "-o", "json")
+
+
 def slices(root: Path) -> dict[str, list[dict[str, Any]]]:
     """Devices by driver, from `topodra slices --driver all` on the capture."""
-    doc = json.loads(
-        topodra("slices", "--driver", "all", "--sysfs-root", str(root), "--node-name", NODE, "-o", "json")
-    )
+    doc = json.loads(slices_json(root))
     out: dict[str, list[dict[str, Any]]] = {}
     for s in doc["items"]:
         out.setdefault(s["spec"]["driver"], []).extend(s["spec"]["devices"])
@@ -178,9 +183,7 @@ def test_check_finds_the_slices_true_to_the_machine(
 ) -> None:
     root, readings = machine
     doc = tmp_path / "slices.json"
-    doc.write_text(
-        topodra("slices", "--driver", "all", "--sysfs-root", str(root), "--node-name", NODE, "-o", "json")
-    )
+    doc.write_text(slices_json(root))
     report = json.loads(topodra("check", "--slices", str(doc), "--sysfs-root", str(root), "-o", "json"))
     assert report["summary"]["errors"] == 0 and report["summary"]["warnings"] == 0
     assert report["machine"]["cpus"] == len(cpus(readings["lscpu"]["cpus"]))

@@ -41,7 +41,7 @@ def test_capture_of_a_fixture_reproduces_its_json(
 ) -> None:
     root = fixture_trees.root(name)
     archive = tmp_path / "capture.tar.xz"
-    capture(root, archive, lambda topo: driver_edge_reads(str(root), topo))  # as the command does
+    capture(root, archive, driver_edge_reads)  # as the command does
     with tarfile.open(archive) as tar:
         tar.extractall(tmp_path / "unpacked", filter="tar")
     assert to_json(discover(tmp_path / "unpacked")) == to_json(discover(root))
