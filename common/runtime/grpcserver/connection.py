@@ -689,8 +689,13 @@ class Connection:
             return
         try:
             self._sock.sendall(data)
-        except OSError as e:  # gone, or not reading for `send_timeout` (EAGAIN)
-            self._log.warning("gRPC connection cannot be written; closing it", error=str(e))
+        except OSError as e:
+            if isinstance(e, (BrokenPipeError, ConnectionResetError)):
+                # the client hung up first (the kubelet restarting; a client that closes once it
+                # has its last answer while a frame of ours is on its way): nothing is wrong
+                self._log.debug("gRPC client closed the connection before a write", error=str(e))
+            else:  # not reading for `send_timeout` (EAGAIN), or the socket failed
+                self._log.warning("gRPC connection cannot be written; closing it", error=str(e))
             self._closed = True
             self._cond.notify_all()
             self.shutdown()

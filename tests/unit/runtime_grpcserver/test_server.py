@@ -8,6 +8,7 @@ Nothing is mocked: real unix sockets, real frames.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import struct
@@ -501,8 +502,37 @@ def test_a_client_that_gives_no_window_loses_the_call_not_the_worker(sock_path: 
         server.stop(1.0)
 
 
+def _write_failures(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    """The server's records about a write that failed."""
+    out = [(r.levelno, r.getMessage()) for r in caplog.records if "grpcserver" in r.name]
+    return [(level, msg) for level, msg in out if "write" in msg or "written" in msg]
+
+
+def test_a_client_that_hangs_up_before_its_answer_is_not_warned_about(
+    server: GrpcServer, sock_path: Path, served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the kubelet restarting, or a client that closes as soon as it has what it waited for:
+    # the answer's write fails with EPIPE, which is no operator's business
+    caplog.set_level(logging.DEBUG)
+    gone = raw(sock_path)
+    gone.handshake()
+    gone.request(1, SLOW, b"")
+    assert served.started.wait(5)
+    # it reads no more: the answer's write fails with EPIPE, while the server's reading side
+    # sees no end yet (as when the client closes while a frame of ours is under way)
+    gone.sock.shutdown(socket.SHUT_RD)
+    served.release.set()
+    deadline = time.monotonic() + 5
+    while not _write_failures(caplog) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert_served(sock_path)
+    failures = _write_failures(caplog)
+    assert failures, "the answer to a closed connection was written without failing"
+    assert all(level == logging.DEBUG for level, _ in failures), failures
+
+
 def test_a_client_that_stops_reading_loses_its_connection_not_the_worker(
-    sock_path: Path, served: Served
+    sock_path: Path, served: Served, caplog: pytest.LogCaptureFixture
 ) -> None:
     server = start(sock_path, served, Limits(send_timeout=0.3), workers=1)
     try:
@@ -529,6 +559,8 @@ def test_a_client_that_stops_reading_loses_its_connection_not_the_worker(
         with pytest.raises((EOFError, ConnectionError)):
             while True:
                 stuck.frame()  # what was sent, then the end: the server closed it
+        # unlike a client that hung up, one that stops reading is worth a warning
+        assert (logging.WARNING, "gRPC connection cannot be written; closing it") in _write_failures(caplog)
     finally:
         server.stop(1.0)
 
