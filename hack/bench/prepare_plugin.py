@@ -170,7 +170,7 @@ def serve(args: argparse.Namespace) -> int:
                 BenchDriver(name),
                 source,
                 PluginOptions(kubelet_root=root, node_name=NODE),
-                cdi_root=root / "cdi",
+                cdi_root=Path(args.cdi_root) if args.cdi_root else root / "cdi",
                 state_dir=root / "state",
             )
         )
@@ -183,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--root", required=True, help="kubelet root, CDI and state folders")
     p.add_argument("--drivers", required=True, help="driver names, comma-separated")
     p.add_argument("--claims", type=int, default=0, help="claims served from memory (without --kubeconfig)")
+    p.add_argument("--cdi-root", help="CDI folder (default: <root>/cdi); a node's /var/run/cdi is a tmpfs")
     p.add_argument("--kubeconfig", help="GET the claims from this API server, as `topodra serve` does")
     p.add_argument("--plane-only", action="store_true", help="answer from a table (the gRPC plane alone)")
     return serve(p.parse_args(argv))
