@@ -1,12 +1,12 @@
 """Where a benchmark's plugins write their CDI specs: a tmpfs, as on a node.
 
 On a node the CDI folder the drivers write (`/var/run/cdi`, deploy/base) lies in `/run`, a
-tmpfs, as does containerd's default. The benchmarks' temporary roots are on this machine's disk
-(ext4), where making a file costs the writer far more system time (the inode allocator's scan
-for recently freed inodes): measured with the bench plugin, 0.25-0.4 ms of the plugin's system
-CPU per prepare+unprepare, which a node never pays. So every plugin of a benchmark, topodra's
-and the Go peer's alike, gets its CDI folder on /dev/shm; the state folder (the checkpoint,
-on disk on a node too: /var/lib/...) stays on disk.
+tmpfs. The benchmarks' temporary roots are on this machine's disk (ext4), where making a file
+costs the writer far more system time (perf: the inode allocator's scan for recently freed
+inodes). Measured with the bench plugin, one call at a time: 0.24-0.40 ms of the plugin's system
+CPU per prepare+unprepare, which a node does not pay. So every plugin of a benchmark, topodra's
+and the Go peer's alike, gets its CDI folder on /dev/shm; the state folder (the checkpoint, on
+disk on a node too) stays on disk.
 """
 
 from __future__ import annotations
