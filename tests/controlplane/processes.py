@@ -2,13 +2,12 @@
 
 Each child runs in its own session (so a Ctrl-C in pytest does not race our shutdown) and gets
 SIGTERM from the kernel if the Python process dies, so a killed test run leaves no apiserver
-holding memory and ports.
+holding memory and ports (tests/kit/children.py says how).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import signal
 import socket
 import subprocess
@@ -18,13 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+from tests.kit.children import dying_with_parent
 
 
 def free_port() -> int:
@@ -77,12 +70,11 @@ class Component:
         self._log.write(f"\n===== starting {self.name}: {' '.join(self.argv)}\n".encode())
         self._log.flush()
         self._proc = subprocess.Popen(
-            self.argv,
+            dying_with_parent(self.argv),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
         )
 
     def check_alive(self) -> None:

@@ -20,7 +20,6 @@ and stays connected for the node's lifetime (tests call `node.kubelet(kind)` to 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -37,12 +36,12 @@ from topodra.common.runtime.checkpoint import newest
 
 from tests.conftest import REPO
 from tests.controlplane.cluster import ControlPlane, api_resource, driver_name
+from tests.kit.children import dying_with_parent
 from tests.kit.deployed import driver_env
 from tests.kubelet.client import KubeletClient, watch_registry
 
 KINDS = ("cpu", "accelerator", "nic")
 HOST_CDI_ROOT = Path("/var/run/cdi")  # podman 4.3 reads /etc/cdi and /var/run/cdi, nothing else
-_PR_SET_PDEATHSIG = 1
 
 
 class NodeFailed(AssertionError):
@@ -76,12 +75,6 @@ def synthetic_args(root: Path) -> dict[str, list[str]]:
     return args
 
 
-def _die_with_parent() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 class DriverProcess:
     """One `topodra serve <kind>` for one node, its output in a log file; restartable."""
 
@@ -105,14 +98,13 @@ class DriverProcess:
         self._log.write(f"\n===== {' '.join(self.argv)}\n".encode())
         self._log.flush()
         self._proc = subprocess.Popen(
-            self.argv,
+            dying_with_parent(self.argv),
             cwd=REPO,
             env=os.environ | driver_env(self.kind),
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
         )
 
     def check_alive(self) -> None:
