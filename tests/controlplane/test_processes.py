@@ -60,8 +60,11 @@ def test_a_child_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
     try:
-        with open(f"/proc/{child}/cmdline", "rb") as f:
-            assert f.read().split(b"\0")[0] == b"sleep"  # the command itself, under the same pid
+        # setpriv execs the command under the same pid (it may not have yet when the pid is printed)
+        deadline = time.monotonic() + 10
+        while _command(child) != b"sleep" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _command(child) == b"sleep"
         parent.kill()
         parent.wait(10)
         deadline = time.monotonic() + 10
@@ -80,3 +83,11 @@ def _state(pid: int) -> str:
             return f.read().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
         return "gone"
+
+
+def _command(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")[0]
+    except FileNotFoundError:
+        return b""
