@@ -17,15 +17,20 @@ from pathlib import Path
 TMPFS = Path("/dev/shm")
 
 
+def _on_tmpfs(root: Path) -> Path:
+    return TMPFS / f"topodra-bench-{root.name}-cdi"
+
+
 def cdi_folder(root: Path) -> Path:
     """The CDI folder for a plugin whose other folders are under `root` (made here); `root/cdi`
     where this machine has no /dev/shm."""
     if not TMPFS.is_dir():
         return root / "cdi"
-    folder = TMPFS / f"topodra-bench-{root.name}-cdi"
+    folder = _on_tmpfs(root)
     folder.mkdir(mode=0o755, exist_ok=True)
     return folder
 
 
 def remove_cdi_folder(root: Path) -> None:
-    shutil.rmtree(TMPFS / f"topodra-bench-{root.name}-cdi", ignore_errors=True)
+    """Remove what `cdi_folder(root)` made on the tmpfs (`root/cdi` goes with `root`)."""
+    shutil.rmtree(_on_tmpfs(root), ignore_errors=True)
