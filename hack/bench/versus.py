@@ -39,6 +39,15 @@ MEASURES = (
     Measure("rss_mib", "RSS after warm-up", "MiB", ".1f", "<= 1.0x"),
 )
 
+# who spends CPU in the 64-in-flight rounds from nothing held (hack/bench-peer's `phase_cpu` keys)
+ROUNDS_CPU = (
+    ("plugin", "the plugin"),
+    ("kube-apiserver", "kube-apiserver"),
+    ("etcd", "etcd"),
+    ("client", "the kubelet client (Go)"),
+)
+SHARED = ("kube-apiserver", "etcd")  # what every prepare's GET costs outside the plugin
+
 INSPECT_PEERS = (("ghw", "ghw (Go)", "<= 1.0x"), ("lstopo", "lstopo", "<= 2x"))
 
 
@@ -99,10 +108,12 @@ class Line:
     target: str
 
 
-def comparison_lines(name: str, comparison: Mapping[str, Any] | None, hold: int = 1000) -> list[Line]:
+def comparison_lines(
+    name: str, comparison: Mapping[str, Any] | None, hold: int = 1000, cpus: int | None = None
+) -> list[Line]:
     """The rows of one plugin comparison (`comparison["measures"][key]` = summarize() output, or
     `comparison["skipped"][key]` = why a measure was not taken); `hold`: the claims held in the
-    held phase (the runner's --hold)."""
+    held phase (the runner's --hold); `cpus`: the machine's cores (for the rounds' ceiling)."""
     if not comparison:
         return [Line(f"{name}: topodra / Go peer", "not run", "")]
     if comparison.get("error"):
@@ -116,6 +127,42 @@ def comparison_lines(name: str, comparison: Mapping[str, Any] | None, hold: int 
             out.append(Line(f"{name}: {label}", f"n/a: {skipped[m.key]}", m.target))
         elif m.key in measures:
             out.append(Line(f"{name}: {label}", _value(measures[m.key], m), m.target))
+    return out + rounds_cpu_lines(name, measures, cpus)
+
+
+def rounds_cpu_lines(name: str, measures: Mapping[str, Any], cpus: int | None) -> list[Line]:
+    """Where the CPU of the 64-in-flight rounds from nothing held goes, per claim (prepare and
+    unprepare) and process, in topodra's rounds and in the peer's; then the most claims per
+    second those rounds could reach if topodra's plugin cost nothing: every prepare's GET still
+    costs the API server and etcd what topodra's rounds measured, on `cpus` cores. That bound
+    leaves out the kubelet's own work, so the real ceiling is lower still; against the peer's
+    rate it says whether the throughput goal can be met at all by a plugin that GETs its claims
+    as the peer does."""
+    out = []
+    for key, who in ROUNDS_CPU:
+        s = measures.get(f"rounds_cpu_{key}")
+        if not s or s.get("topodra") is None or s.get("peer") is None:
+            continue
+        load = "" if s.get("load") is None else f"; load {s['load']:.2f}"
+        out.append(
+            Line(
+                f"{name}: CPU per claim in the 64-in-flight rounds from nothing held, {who}",
+                f"{s['topodra']:.2f} ms in topodra's rounds, {s['peer']:.2f} ms in the peer's{load}",
+                "",
+            )
+        )
+    shared = [(measures.get(f"rounds_cpu_{key}") or {}).get("topodra") for key in SHARED]
+    rate = (measures.get("rate_64") or {}).get("peer")
+    if cpus and rate and all(isinstance(v, int | float) for v in shared) and sum(shared) > 0:
+        ceiling = cpus * 1000 / sum(shared)
+        out.append(
+            Line(
+                f"{name}: throughput, 64 in flight, from nothing held, if topodra's plugin cost nothing "
+                f"(bound: {cpus} cores / the API server's and etcd's CPU per claim)",
+                f"{ceiling / rate:.2f}x ({ceiling:.0f} vs {rate:.0f} claims/s)",
+                ">= 1.5x",
+            )
+        )
     return out
 
 
@@ -216,7 +263,9 @@ def lines(figures: Mapping[str, Any] | None) -> list[Line]:
     out = []
     for name, label in (("bench", "bench driver"), ("serve-cpu", "`topodra serve cpu`")):
         if name in comparisons:
-            out += comparison_lines(label, comparisons[name], int(figures.get("hold") or 1000))
+            out += comparison_lines(
+                label, comparisons[name], int(figures.get("hold") or 1000), figures.get("cpus")
+            )
     if "inspect" in figures:
         out += inspect_lines(figures["inspect"])
     return out

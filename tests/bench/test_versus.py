@@ -61,6 +61,28 @@ def test_rows_say_the_ratio_both_figures_the_load_and_a_missed_goal() -> None:
     assert versus.verdict(1.5, ">= 1.5x") == "met" and versus.verdict(1.01, "<= 1.0x") == "not met"
 
 
+def test_the_rounds_say_where_the_cpu_went_and_the_rate_a_free_plugin_could_reach() -> None:
+    c = comparison()
+    raw = {
+        "rounds_cpu_plugin": samples([1.0, 1.1, 0.9], [2.0, 2.1, 1.9]),
+        "rounds_cpu_kube-apiserver": samples([1.5, 1.6, 1.4], [1.5, 1.5, 1.5]),
+        "rounds_cpu_etcd": samples([0.5, 0.4, 0.6], [0.5, 0.5, 0.5]),
+    }
+    c["measures"] |= {k: versus.summarize(v) for k, v in raw.items()}
+    rows = {r.figure: r for r in versus.comparison_lines("bench driver", c, cpus=2)}
+    api = rows["bench driver: CPU per claim in the 64-in-flight rounds from nothing held, kube-apiserver"]
+    assert api.value == "1.50 ms in topodra's rounds, 1.50 ms in the peer's; load 2.00" and api.target == ""
+    # no client figure taken: no row for it
+    assert not any(f.endswith("the kubelet client (Go)") for f in rows)
+    # 2 cores / (1.5 + 0.5) ms of the API server and etcd per claim = 1000 claims/s, the peer 250
+    (ceiling,) = [r for f, r in rows.items() if "if topodra's plugin cost nothing" in f]
+    assert ceiling.value == "4.00x (1000 vs 250 claims/s)" and ceiling.target == ">= 1.5x"
+    # without the core count (an old figures file) there is no bound, and no made-up one
+    assert not any("cost nothing" in r.figure for r in versus.comparison_lines("bench driver", c))
+    figures = {"cpus": 2, "comparisons": {"bench": c}}
+    assert any("cost nothing" in r.figure for r in versus.lines(figures))
+
+
 def test_ghw_is_compared_only_on_trees_it_read_and_lstopo_on_all() -> None:
     rows = [
         {"tree": "a", "ghw_errors": {}, "topodra_wall": 0.04, "ghw_wall": 0.05, "lstopo_wall": 0.01,
