@@ -201,6 +201,13 @@ def inspect_summary(rows: Sequence[Mapping[str, Any]], have_lstopo: bool = True)
         if all("python_wall" in r for r in use):
             floor = _ratios(use, "python", key)
             got["floor"] = {"gmean_wall": floor["gmean_wall"], "gmean_cpu": floor["gmean_cpu"]}
+        if key == "lstopo" and use and all("reads_wall" in r for r in use):
+            reads = _ratios(use, "reads", key)
+            got["reads_floor"] = {
+                "gmean_wall": reads["gmean_wall"],
+                "gmean_cpu": reads["gmean_cpu"],
+                "within_wall": sum(1 for w in reads["wall"] if w <= goal),
+            }
         if key == "ghw" and all("ghw_cores" in r for r in use):
             described = [r for r in use if r["ghw_cores"]]
             if described:
@@ -250,6 +257,17 @@ def inspect_lines(d: Mapping[str, Any] | None) -> list[Line]:
                     f"bare interpreter start (`python -c pass`) / {label}",
                     f"{floor['gmean_wall']:.2f}x wall, {floor['gmean_cpu']:.2f}x CPU (geometric mean over "
                     f"the same {s['trees']} trees: no Python command goes below this{load})",
+                    target,
+                )
+            )
+        reads = s.get("reads_floor")
+        if reads is not None:
+            out.append(
+                Line(
+                    f"the interpreter start plus only the file reads {label} makes, in Python / {label}",
+                    f"{reads['gmean_wall']:.2f}x wall, {reads['gmean_cpu']:.2f}x CPU (geometric mean over "
+                    f"the same {s['trees']} trees, {reads['within_wall']} within the goal: no Python "
+                    f"program that reads what {label} reads goes below this{load})",
                     target,
                 )
             )

@@ -137,3 +137,25 @@ def test_ghw_apart_on_trees_where_it_found_cores_and_the_interpreter_floor() -> 
     ]
     none = [dict(r, ghw_cores=0) for r in rows]
     assert versus.inspect_summary(none)["ghw"]["described"]["why"].startswith("ghw found CPU cores in none")
+
+
+def test_the_floor_of_lstopos_own_reads_is_a_row_against_lstopo_only() -> None:
+    rows = [
+        {"tree": "a", "ghw_errors": {}, "topodra_wall": 0.04, "ghw_wall": 0.02, "lstopo_wall": 0.01,
+         "python_wall": 0.015, "reads_wall": 0.025, "topodra_cpu": 0.04, "ghw_cpu": 0.02,
+         "lstopo_cpu": 0.01, "python_cpu": 0.015, "reads_cpu": 0.02},
+        {"tree": "b", "ghw_errors": {}, "topodra_wall": 0.05, "ghw_wall": 0.005, "lstopo_wall": 0.01,
+         "python_wall": 0.015, "reads_wall": 0.016, "topodra_cpu": 0.05, "ghw_cpu": 0.005,
+         "lstopo_cpu": 0.01, "python_cpu": 0.015, "reads_cpu": 0.016},
+    ]  # fmt: skip
+    got = versus.inspect_summary(rows)
+    assert "reads_floor" not in got["ghw"]
+    reads = got["lstopo"]["reads_floor"]
+    assert reads["gmean_wall"] == pytest.approx((2.5 * 1.6) ** 0.5) and reads["within_wall"] == 1
+    assert reads["gmean_cpu"] == pytest.approx((2.0 * 1.6) ** 0.5)
+    (line,) = [x for x in versus.inspect_lines({"trees": rows, **got}) if "file reads" in x.figure]
+    assert line.value.startswith("2.00x wall, 1.79x CPU (geometric mean over the same 2 trees, 1 within")
+    assert line.target == "<= 2x"
+    # a run without strace has no reads on some tree: no row rather than a partial mean
+    del rows[1]["reads_wall"]
+    assert "reads_floor" not in versus.inspect_summary(rows)["lstopo"]
