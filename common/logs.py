@@ -81,6 +81,11 @@ class Logger:
             info = sys.exc_info() if exc_info else None
             logger.handle(logger.makeRecord(logger.name, level, "", 0, msg, (), info, extra=extra))
 
+    def enabled(self, level: int) -> bool:
+        """Whether a line at `level` would be written: a hot path asks before it formats a
+        message whose text costs more than the check (CPU lists, claim names)."""
+        return self._logger.isEnabledFor(level)
+
     def debug(self, msg: str, **fields: Any) -> None:
         self.log(logging.DEBUG, msg, **fields)
 

@@ -13,6 +13,7 @@ as `topodra_cpu_pinning_mode` and shown in /readyz (`status_detail`).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
@@ -131,17 +132,20 @@ class CpuDriver:
             )
         prepared = []
         every: set[int] = set()
+        said = self._log.enabled(logging.INFO)  # formatting CPU lists is most of a line's cost
         for h in plan:
             every.update(h.cpus)
             edits = pinning.device_edits(claim.uid, h.device, h.share_id, h.cpus, h.mems, hook)
             prepared.append(PreparedDevice(h.request, h.pool, h.device, edits, h.share_id))
-            self._log.info(
-                f"{describe_claim(claim)}: device {h.device} gets CPUs {policy.fmt(h.cpus)}",
-                **logs.claim(claim),
-                device=h.device,
-                cpus=policy.fmt(h.cpus),
-                mems=policy.fmt(h.mems) if h.mems is not None else None,
-            )
+            if said:
+                cpus = policy.fmt(h.cpus)
+                self._log.info(
+                    f"{describe_claim(claim)}: device {h.device} gets CPUs {cpus}",
+                    **logs.claim(claim),
+                    device=h.device,
+                    cpus=cpus,
+                    mems=policy.fmt(h.mems) if h.mems is not None else None,
+                )
         # admin-access results hold no CPUs: they are listed without pinning
         for a in results:
             if a.admin_access:
@@ -160,12 +164,13 @@ class CpuDriver:
             gone = self._holdings.release(claim.uid)
         if gone and self.exclusive is not None:
             self.exclusive.changed(0)  # the pool grows back; nothing to wait for
-        for h in gone:
-            self._log.info(
-                f"{describe_claim(claim)}: released CPUs {policy.fmt(h.cpus)} of device {h.device}",
-                **logs.claim(claim),
-                device=h.device,
-            )
+        if gone and self._log.enabled(logging.INFO):
+            for h in gone:
+                self._log.info(
+                    f"{describe_claim(claim)}: released CPUs {policy.fmt(h.cpus)} of device {h.device}",
+                    **logs.claim(claim),
+                    device=h.device,
+                )
 
     def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:
         with self._lock:
@@ -308,7 +313,7 @@ class CpuDriver:
     ) -> list[Holding]:
         """Every result's CPUs, decided before anything is recorded (all or nothing)."""
         earlier = {h.key(): h for h in self._holdings.of_claim(claim.uid)}
-        others = self._holdings.held_by_others(claim.uid)
+        owner = self._holdings.owner
         taken: set[int] = set()
         plan: list[Holding] = []
         per_request: dict[str, list[AllocatedDevice]] = {}
@@ -331,7 +336,8 @@ class CpuDriver:
                     taken.update(again.cpus)
                     continue
                 want = policy.Request(self._count(claim, a, g), cfg.full_cores, cfg.core_type)
-                free = set(g.cpus) - others - taken
+                # only the device's own CPUs matter: no walk over every CPU held on the node
+                free = {c for c in g.cpus if owner(c) in (None, claim.uid)} - taken
                 try:
                     if cfg.cpus is not None:
                         mine = cfg.cpus if len(allocated) == 1 else cfg.cpus & set(g.cpus)

@@ -50,9 +50,6 @@ class Holdings:
     def held(self) -> frozenset[int]:
         return frozenset(self._owner)
 
-    def held_by_others(self, claim_uid: str) -> frozenset[int]:
-        return frozenset(c for c, uid in self._owner.items() if uid != claim_uid)
-
     def of_claim(self, claim_uid: str) -> tuple[Holding, ...]:
         return self._by_claim.get(claim_uid, ())
 

@@ -20,7 +20,7 @@ from topodra.common.runtime.claims.spec import env_token
 from topodra.common.runtime.driver import ClaimRef, Health, Preparation, PrepareError
 from topodra.common.topology import discover
 from topodra.drivers.cpu import devices as layout
-from topodra.drivers.cpu import pinning
+from topodra.drivers.cpu import pinning, policy
 from topodra.drivers.cpu.driver import CpuDriver
 from topodra.drivers.cpu.options import CpuOptions
 
@@ -109,6 +109,30 @@ def test_unprepare_releases(root: Path, tmp_path: Path) -> None:
     d.unprepare(a, pa)  # again: nothing left, still fine
     assert d.holdings() == {}
     assert cpus_of(d.prepare(ref("b"), [Result("numa-0", 1).allocated()], [])) == [(0,)]
+
+
+def test_prepare_and_release_lines_at_info_and_no_cpu_lists_formatted_below_it(
+    root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = make(root, tmp_path)
+    a = ref("a")
+    with caplog.at_level(logging.INFO, logger="topodra.drivers.cpu"):
+        pa = d.prepare(a, [Result("numa-1", 2).allocated()], [])
+        d.unprepare(a, pa)
+    got = [(r.getMessage(), getattr(r, "topodra_fields", {})) for r in caplog.records]
+    (gets,) = [f for m, f in got if m.endswith("device numa-1 gets CPUs 8,24")]
+    assert (gets["cpus"], gets["mems"], gets["claim_uid"], gets["device"]) == ("8,24", "1", a.uid, "numa-1")
+    assert any(m.endswith("released CPUs 8,24 of device numa-1") for m, _ in got)
+    # below info the driver formats no CPU list for a line nobody writes (the hot path's cost)
+    caplog.clear()
+    made: list[object] = []
+    real = policy.fmt
+    monkeypatch.setattr(policy, "fmt", lambda cpus: made.append(cpus) or real(cpus))
+    with caplog.at_level(logging.WARNING, logger="topodra.drivers.cpu"):
+        b = ref("b")
+        pb = d.prepare(b, [Result("numa-1", 2).allocated()], [])
+        d.unprepare(b, pb)
+    assert made == [] and caplog.records == [] and cpus_of(pb) == [(8, 24)]
 
 
 def test_repeated_prepare_returns_the_same_cpus(root: Path, tmp_path: Path) -> None:
