@@ -59,6 +59,10 @@ def test_rows_say_the_ratio_both_figures_the_load_and_a_missed_goal() -> None:
         r.figure for r in versus.lines(figures)
     }
     assert versus.verdict(1.5, ">= 1.5x") == "met" and versus.verdict(1.01, "<= 1.0x") == "not met"
+    # a miss that two digits would round onto the goal shows a third
+    near = versus.summarize(samples([1562.0], [1043.0]))
+    rate_m = next(m for m in versus.MEASURES if m.key == "rate_64")
+    assert versus._value(near, rate_m) == "1.498x (1562 vs 1043 claims/s; load 2.00) not met"
 
 
 def test_the_rounds_say_where_the_cpu_went_and_the_rate_a_free_plugin_could_reach() -> None:
