@@ -253,24 +253,24 @@ def inspect_lines(d: Mapping[str, Any] | None) -> list[Line]:
             figure = f"`topodra inspect` whole process / {label}, trees where ghw found CPU cores"
             value = _inspect_value(part, load) if part.get("gmean_wall") else f"n/a: {part.get('why')}"
             out.append(Line(figure, value, target))
-        floor = s.get("floor")
-        if floor is not None:
+        floors = (
+            ("floor", "bare interpreter start (`python -c pass`)", "no Python command"),
+            (
+                "reads_floor",
+                f"the interpreter start plus only the file reads {label} makes, in Python",
+                f"no Python program that reads what {label} reads",
+            ),
+        )
+        for field, what, who in floors:
+            f = s.get(field)
+            if f is None:
+                continue
+            within = f", {f['within_wall']} within the goal" if "within_wall" in f else ""
             out.append(
                 Line(
-                    f"bare interpreter start (`python -c pass`) / {label}",
-                    f"{floor['gmean_wall']:.2f}x wall, {floor['gmean_cpu']:.2f}x CPU (geometric mean over "
-                    f"the same {s['trees']} trees: no Python command goes below this{load})",
-                    target,
-                )
-            )
-        reads = s.get("reads_floor")
-        if reads is not None:
-            out.append(
-                Line(
-                    f"the interpreter start plus only the file reads {label} makes, in Python / {label}",
-                    f"{reads['gmean_wall']:.2f}x wall, {reads['gmean_cpu']:.2f}x CPU (geometric mean over "
-                    f"the same {s['trees']} trees, {reads['within_wall']} within the goal: no Python "
-                    f"program that reads what {label} reads goes below this{load})",
+                    f"{what} / {label}",
+                    f"{f['gmean_wall']:.2f}x wall, {f['gmean_cpu']:.2f}x CPU (geometric mean over the same "
+                    f"{s['trees']} trees{within}: {who} goes below this{load})",
                     target,
                 )
             )
