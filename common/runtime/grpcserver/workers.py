@@ -8,6 +8,11 @@ logged, naming the call, instead of being kept. The threads are daemons: a drive
 does not wait for a call stuck past the server's grace period, which ThreadPoolExecutor's threads
 made it do; ending a call anywhere is what a kill does, and the claim core is safe against a kill
 at every step (docs/design/claim-lifecycle.md).
+
+A burst of calls starts up to `size` threads; when it is over, threads beyond `keep` that waited
+`linger` seconds for a call end, so a pool sized for bursts does not keep their stacks resident
+(about 80 KiB each, measured with 64 workers: a driver's RSS stayed ~4 MiB higher after the
+burst with every thread kept).
 """
 
 from __future__ import annotations
@@ -22,16 +27,25 @@ from topodra.common import logs
 _Item = tuple[Callable[..., None], tuple[Any, ...]] | None  # None: a worker's signal to end
 
 
+KEEP = 8  # threads that wait for calls however long it takes
+LINGER = 30.0  # seconds a thread beyond KEEP waits for a call before it ends
+
+
 class Workers:
-    def __init__(self, size: int, name: str, log: logs.Logger) -> None:
+    def __init__(
+        self, size: int, name: str, log: logs.Logger, keep: int = KEEP, linger: float = LINGER
+    ) -> None:
         if size < 1:
             raise ValueError(f"a worker pool needs at least one thread, not {size}")
         self._size = size
+        self._keep = keep
+        self._linger = linger
         self._name = name
         self._log = log
         self._calls: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._started = 0  # threads, never more than `size`
+        self._started = 0  # threads running, never more than `size`
+        self._named = 0  # threads ever started
         # Workers that finished a call and will take the next one: each submit takes one such
         # promise or, with none left, starts a thread (up to `size`); with neither, the call
         # waits in the queue for the first worker free.
@@ -48,13 +62,28 @@ class Workers:
                 return
             if self._started >= self._size:
                 return
-            thread = threading.Thread(target=self._work, name=f"{self._name}-{self._started}", daemon=True)
+            thread = threading.Thread(target=self._work, name=f"{self._name}-{self._named}", daemon=True)
             self._started += 1
+            self._named += 1  # names stay unique when threads that lingered have ended
         thread.start()
 
+    def _next(self) -> _Item:
+        """The next call; None to end: at close, or after `linger` seconds without one while
+        more than `keep` threads are started and one idle thread can be spared (an idle thread
+        is a promise to some submit; one that gives its promise back may end)."""
+        while True:
+            try:
+                return self._calls.get(timeout=self._linger)
+            except queue.Empty:
+                with self._lock:
+                    if self._started > self._keep and self._idle > 0:
+                        self._idle -= 1
+                        self._started -= 1
+                        return None
+
     def _work(self) -> None:
-        calls, lock = self._calls, self._lock
-        while (item := calls.get()) is not None:
+        lock = self._lock
+        while (item := self._next()) is not None:
             fn, args = item
             try:
                 fn(*args)

@@ -152,3 +152,31 @@ def test_the_server_logs_what_a_call_raises_outside_its_handler(caplog: pytest.L
     fields = [getattr(r, "topodra_fields", {}) for r in caplog.records]
     assert any("write_answer" in f.get("call", "") and f.get("socket") == "test" for f in fields)
     server.stop(grace=0)
+
+
+def test_after_a_burst_the_threads_beyond_keep_end_and_a_new_burst_starts_them_again() -> None:
+    w = Workers(6, "grpc-linger", logs.get(LOGGER), keep=2, linger=0.05)
+
+    def burst() -> None:
+        barrier = threading.Barrier(6, timeout=5)  # all six at once: six threads
+        done = threading.Semaphore(0)
+
+        def call() -> None:
+            barrier.wait()
+            done.release()
+
+        for _ in range(6):
+            w.submit(call)
+        for _ in range(6):
+            assert done.acquire(timeout=5)
+
+    burst()
+    settle(lambda: len(threads("grpc-linger")) == 2)
+    time.sleep(0.3)  # several more lingers: the two kept do not end
+    assert len(threads("grpc-linger")) == 2
+    burst()  # the pool grows back to its size for the next burst
+    names = [t.name for t in threads("grpc-linger")]
+    assert len(names) == len(set(names))
+    settle(lambda: len(threads("grpc-linger")) == 2)
+    w.close()
+    settle(lambda: threads("grpc-linger") == [])
