@@ -52,7 +52,12 @@ class PluginOptions:
     node_name: str = ""
     pod_uid: str | None = None  # set: rolling-update socket names (two instances side by side)
     pool: str | None = None  # the ResourceSlice pool of our devices; default: the node name
-    grpc_workers: int = 16  # health streams hold a worker each while open
+    # Threads serving calls, started as calls need them. Each prepare GETs its claim on its worker
+    # before it queues, so this bounds the GETs in flight: with 16, 64 calls at once sent their
+    # GETs 16 at a time, and the API server and etcd spent more per GET than on a burst (etcd
+    # answers concurrent quorum reads together). 64, the size of the kept-alive connection pool;
+    # health streams hold a worker each while open.
+    grpc_workers: int = 64
     health_resend_interval: float = 10.0
     health_timeout_seconds: int = 30
     stop_grace: float = 5.0

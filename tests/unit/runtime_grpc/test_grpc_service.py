@@ -9,7 +9,9 @@ for claims the API server would reject; tests/node runs real claims.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -113,3 +115,56 @@ def test_a_restarted_service_knows_its_claims(
         after = kubelet.prepare([(claim.namespace, claim.name, claim.uid)])
         assert after.claims[claim.uid] == before.claims[claim.uid]
         assert kubelet.unprepare([(claim.namespace, claim.name, claim.uid)]).claims[claim.uid].error == ""
+
+
+class MeetingStore(MemoryClaimStore):
+    """Each GET waits until `n` GETs are in flight together (or `wait` seconds pass): `most`
+    says how many the service ran at once."""
+
+    def __init__(self, n: int, wait: float) -> None:
+        super().__init__()
+        self._meet = threading.Barrier(n, timeout=wait)
+        self._lock = threading.Lock()
+        self._now = 0
+        self.most = 0
+
+    def get(self, namespace: str, name: str, *, cached: bool = False) -> dict[str, object]:
+        with self._lock:
+            self._now += 1
+            self.most = max(self.most, self._now)
+        try:
+            self._meet.wait()
+        except threading.BrokenBarrierError:
+            pass  # fewer came: the count already says so
+        finally:
+            with self._lock:
+                self._now -= 1
+        return super().get(namespace, name, cached=cached)
+
+
+def test_the_kubelets_calls_in_flight_get_their_claims_together(
+    kubelet_root: Path, services: list[DriverService]
+) -> None:
+    """64 calls at once (the kubelet starting pods) send their 64 GETs at once: the API server and
+    etcd serve a burst cheaper per GET than the same GETs a few at a time."""
+    n = 64
+    store = MeetingStore(n, wait=5.0)
+    devices = tuple(f"dev-{i}" for i in range(n))
+    service = DriverService.create(
+        HoldDriver(kubelet_root / "hw", exclusive=devices),
+        store,
+        PluginOptions(kubelet_root=kubelet_root, node_name=NODE),
+        cdi_root=kubelet_root / "cdi",
+        state_dir=kubelet_root / "state",
+    )
+    service.start()
+    services.append(service)
+    refs = [
+        store.put(claim_object("ns", f"c{i}", new_uid(), [Result("gpu", d)])) for i, d in enumerate(devices)
+    ]
+    with KubeletClient() as kubelet:
+        kubelet.register(service.plugin.registration_socket)
+        with ThreadPoolExecutor(n) as pool:
+            answers = list(pool.map(lambda r: kubelet.prepare([(r.namespace, r.name, r.uid)]), refs))
+    assert [a.claims[r.uid].error for a, r in zip(answers, refs, strict=True)] == [""] * n
+    assert store.most == n
