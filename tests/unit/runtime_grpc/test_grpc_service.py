@@ -43,9 +43,13 @@ def services(kubelet_root: Path, store: MemoryClaimStore) -> Iterator[list[Drive
         s.stop()
 
 
-def start_service(root: Path, store: MemoryClaimStore, made: list[DriverService]) -> DriverService:
+def start_service(
+    root: Path, store: MemoryClaimStore, made: list[DriverService], devices: tuple[str, ...] | None = None
+) -> DriverService:
+    """`devices`: the driver's exclusive devices (HoldDriver's few by default)."""
+    driver = HoldDriver(root / "hw") if devices is None else HoldDriver(root / "hw", exclusive=devices)
     service = DriverService.create(
-        HoldDriver(root / "hw"),
+        driver,
         store,
         PluginOptions(kubelet_root=root, node_name=NODE),
         cdi_root=root / "cdi",
@@ -150,15 +154,7 @@ def test_the_kubelets_calls_in_flight_get_their_claims_together(
     n = 64
     store = MeetingStore(n, wait=5.0)
     devices = tuple(f"dev-{i}" for i in range(n))
-    service = DriverService.create(
-        HoldDriver(kubelet_root / "hw", exclusive=devices),
-        store,
-        PluginOptions(kubelet_root=kubelet_root, node_name=NODE),
-        cdi_root=kubelet_root / "cdi",
-        state_dir=kubelet_root / "state",
-    )
-    service.start()
-    services.append(service)
+    service = start_service(kubelet_root, store, services, devices)
     refs = [
         store.put(claim_object("ns", f"c{i}", new_uid(), [Result("gpu", d)])) for i, d in enumerate(devices)
     ]
