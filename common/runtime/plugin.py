@@ -54,9 +54,9 @@ class PluginOptions:
     pool: str | None = None  # the ResourceSlice pool of our devices; default: the node name
     # Threads serving calls, started as calls need them. Each prepare GETs its claim on its worker
     # before it queues, so this bounds the GETs in flight: with 16, 64 calls at once sent their
-    # GETs 16 at a time, and the API server and etcd spent more per GET than on a burst (etcd
-    # answers concurrent quorum reads together). 64, the size of the kept-alive connection pool;
-    # health streams hold a worker each while open.
+    # GETs 16 at a time, and the API server and etcd spent more CPU per claim than with 64
+    # (docs/bench/latest.md). 64 is also the kept-alive connection pool's size
+    # (kubeapi.loader.CONNECTION_POOL_SIZE); health streams hold a worker each while open.
     grpc_workers: int = 64
     health_resend_interval: float = 10.0
     health_timeout_seconds: int = 30

@@ -132,12 +132,12 @@ class CpuDriver:
             )
         prepared = []
         every: set[int] = set()
-        said = self._log.enabled(logging.INFO)  # formatting CPU lists is most of a line's cost
+        logged = self._log.enabled(logging.INFO)  # no line text (CPU lists, names) made for nobody
         for h in plan:
             every.update(h.cpus)
             edits = pinning.device_edits(claim.uid, h.device, h.share_id, h.cpus, h.mems, hook)
             prepared.append(PreparedDevice(h.request, h.pool, h.device, edits, h.share_id))
-            if said:
+            if logged:
                 cpus = policy.fmt(h.cpus)
                 self._log.info(
                     f"{describe_claim(claim)}: device {h.device} gets CPUs {cpus}",
