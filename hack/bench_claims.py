@@ -50,6 +50,7 @@ NODE = "bench-node"
 
 class BenchDriver:
     name = DRIVER
+    holds_in_memory = True  # prepare touches nothing outside the process
 
     def __init__(self, n: int) -> None:
         self._devices = tuple(Device(f"dev-{i}") for i in range(n))

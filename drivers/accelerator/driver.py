@@ -63,6 +63,7 @@ class AcceleratorDriver:
     """Implements the Driver protocol for `accelerator.topodra.io`."""
 
     name = DRIVER
+    holds_in_memory = True  # prepare only reads the host; what it holds is `_held`
 
     def __init__(
         self, options: AcceleratorOptions, *, discover_fn: Callable[[str], Topology] = discover

@@ -63,6 +63,9 @@ PREPARE_WAIT = 10.0  # seconds a prepare waits for the runtime to move other con
 
 class CpuDriver:
     name = layout.DRIVER
+    # the CPUs held are in Holdings; the NRI plugin derives every cpuset from them again at
+    # each connect (Synchronize), so a kill mid-prepare leaves nothing to roll back
+    holds_in_memory = True
 
     def __init__(self, topology: Topology, options: CpuOptions, sysfs_root: Path) -> None:
         self.topology = topology

@@ -77,6 +77,8 @@ def claim_object(driver: str, i: int, uid: str | None = None) -> dict[str, Any]:
 class BenchDriver:
     """N exclusive devices; prepare returns one env edit per device and touches nothing."""
 
+    holds_in_memory = True  # so the claim core writes no started mark (drivers/cpu does the same)
+
     def __init__(self, name: str) -> None:
         from topodra.common.device import Device
 

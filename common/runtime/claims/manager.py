@@ -47,7 +47,7 @@ from topodra.common.runtime.claims.held import Held
 from topodra.common.runtime.claims.queue import Call, CallQueue, stages
 from topodra.common.runtime.claims.reconcile import Judge, ReconcileReport
 from topodra.common.runtime.claims.recovery import adopt
-from topodra.common.runtime.driver import ClaimRef, Driver, Preparation
+from topodra.common.runtime.driver import ClaimRef, Driver, Preparation, holds_in_memory
 from topodra.common.runtime.seams import ClaimOutcome
 
 _log = logs.get("topodra.runtime.claims")
@@ -119,6 +119,7 @@ class ClaimManager:
         self._checkpoint = checkpoint
         self._cdi = cdi_writer
         self._specs = spec.ClaimSpecs(cdi_writer.kind, driver.name)
+        self._mark_started = not holds_in_memory(driver)
         self._clock = clock
         self._lock = threading.Lock()
         self._calls = CallQueue()
@@ -444,8 +445,10 @@ class ClaimManager:
             started = self._records[c.claim.uid]
             try:
                 # the spec names the devices before the driver acts: it is the "started" mark a
-                # restart finds (survives a kill; a power loss also resets what the driver did)
-                self._cdi.put(c.claim.uid, specs.provisional(c.claim, c.allocated))
+                # restart finds (survives a kill; a power loss also resets what the driver did).
+                # A driver whose holds live in its memory loses them in any kill: no mark needed.
+                if self._mark_started:
+                    self._cdi.put(c.claim.uid, specs.provisional(c.claim, c.allocated))
                 prep = self.driver.prepare(c.claim, c.allocated, c.configs)
                 # the record keeps its own copy, exactly as a restart reads it back, and must
                 # never change once checkpointed (the checkpoint caches each record's encoding)

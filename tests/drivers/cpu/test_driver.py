@@ -8,6 +8,7 @@ files) is the real one; only the claim GET is served by a stand-in (kit.ClaimSto
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -373,6 +374,39 @@ def test_restore_survives_bad_state(root: Path, tmp_path: Path, caplog: pytest.L
     held = d.holdings()
     assert len(held) == 1 and [h.cpus for hs in held.values() for h in hs] == [(4,)]
     assert "checkpoint state unusable" in caplog.text and "CPUs of another claim" in caplog.text
+
+
+def test_the_claim_core_writes_one_spec_per_cpu_claim_after_the_cpus_are_chosen(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CPU driver's holds live in its memory (a kill takes them along, and its NRI plugin
+    derives every cpuset from them again at each connect), so the claim core writes no started
+    mark before the driver acts: each prepare writes its claim's spec once, new, with the CPUs
+    chosen and the phase completed (docs/design/claim-lifecycle.md)."""
+    store = ClaimStore()
+    d = make(root, tmp_path)
+    cdi = tmp_path / "cdi"
+    m = ClaimManager(d, NODE, store, Checkpoint(tmp_path / "state", d.name), CdiWriter(cdi, cdi_kind(d.name)))
+    m.start()
+    writes: list[tuple[str, bool, str]] = []
+    real_put = CdiWriter.put
+
+    def put(self: CdiWriter, spec_id: str, spec: dict[str, object]) -> str:
+        record = next(e for e in spec["containerEdits"]["env"] if "_CLAIM_RECORD=" in e)  # type: ignore[index]
+        phase = json.loads(record.split("=", 1)[1])["phase"]
+        writes.append((spec_id, self.path(spec_id).exists(), phase))
+        return real_put(self, spec_id, spec)
+
+    monkeypatch.setattr(CdiWriter, "put", put)
+    a = store.put(claim_object("a", [Result("numa-0", 4)]))
+    b = store.put(claim_object("b", [Result("numa-0", 2)]))
+    out = m.prepare([a, b])
+    assert not out[a.uid].error and not out[b.uid].error
+    assert writes == [(a.uid, False, "completed"), (b.uid, False, "completed")]
+    assert sorted(p.name for p in cdi.iterdir()) == sorted(
+        f"{cdi_kind(d.name).replace('/', '-')}_{u}.json" for u in (a.uid, b.uid)
+    )
+    m.close()
 
 
 def test_restart_through_the_claim_manager(root: Path, tmp_path: Path) -> None:

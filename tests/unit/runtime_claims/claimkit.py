@@ -3,7 +3,8 @@
 `HoldDriver` is a real Driver implementation whose side effects are files: preparing device `d`
 for claim `u` creates `<hw>/<d>` (or `<d>@<shareID>`) holding `u`, created with O_EXCL, so a
 device given to two claims is visible on disk (and recorded in `<hw>/VIOLATIONS`) even across
-process crashes. That is what the fault trials inspect after a kill -9.
+process crashes. That is what the fault trials inspect after a kill -9. `MemoryHoldDriver` is
+the same driver with holds that die with its process, as the CPU and accelerator drivers' do.
 
 Claims, their builders and the in-memory and file claim stores are tests/kit/claims.py's (shared
 with the drivers' tests); `KubeClaimStore` puts them into a real kube-apiserver (tests take a
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,3 +195,39 @@ class HoldDriver:
             return (self.hw / "VIOLATIONS").read_text().splitlines()
         except FileNotFoundError:
             return []
+
+
+@dataclass
+class MemoryHoldDriver(HoldDriver):
+    """A HoldDriver whose holds live as long as its process, like the CPU and accelerator
+    drivers' holds in their memory: each process gets a folder of its own under `hw` (its
+    "memory"; a kill loses it, as far as any later process can tell), and `restore` rebuilds the
+    holds of the claims it is told about. Its class says `holds_in_memory`, so the claim core
+    writes no started mark before it acts. Double allocations are still recorded, in
+    `<hw>/VIOLATIONS` (shared by every process of a trial)."""
+
+    holds_in_memory = True
+
+    def __post_init__(self) -> None:
+        self.memory = self.hw
+        self.hw.mkdir(parents=True, exist_ok=True)
+        self.hw = Path(tempfile.mkdtemp(prefix="memory-", dir=self.hw))
+
+    def _violation(self, text: str) -> None:
+        with open(self.memory / "VIOLATIONS", "a") as f:
+            f.write(text + "\n")
+
+    def violations(self) -> list[str]:
+        try:
+            return (self.memory / "VIOLATIONS").read_text().splitlines()
+        except FileNotFoundError:
+            return []
+
+    def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:
+        super().restore(prepared)
+        for claim, prep in prepared.items():
+            for hold in prep.state.get("holds", ()):
+                path = self.hw / hold
+                if path.exists() and path.read_text() != claim.uid:
+                    self._violation(f"{hold} restored for {claim.uid} while held by {path.read_text()}")
+                path.write_text(claim.uid)

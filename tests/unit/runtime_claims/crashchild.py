@@ -32,12 +32,13 @@ from topodra.common.runtime.checkpoint import Checkpoint
 from topodra.common.runtime.claims import ClaimManager, cdi_kind
 from topodra.common.runtime.driver import ClaimRef
 
-from tests.unit.runtime_claims.claimkit import DRIVER, NODE, FileClaimStore, HoldDriver
+from tests.unit.runtime_claims.claimkit import DRIVER, NODE, FileClaimStore, HoldDriver, MemoryHoldDriver
 
 
 def build_manager(cfg: dict[str, Any]) -> ClaimManager:
+    kind = MemoryHoldDriver if cfg.get("memory") else HoldDriver
     return ClaimManager(
-        HoldDriver(Path(cfg["hw"])),
+        kind(Path(cfg["hw"])),
         NODE,
         FileClaimStore(Path(cfg["claims"])),
         Checkpoint(Path(cfg["state"]), DRIVER),

@@ -11,6 +11,9 @@ In the damage trials the checkpoint is also damaged after the kill (truncated, z
 flipped, garbage, nested too deep): the same holds, except that a claim whose release was under
 way may stay recorded after its hardware was released (fail closed: held, never given twice).
 The seed of every trial is in the assertion message.
+Every trial runs twice: with holds on "hardware" that outlives the process, and with holds that
+die with it (`MemoryHoldDriver`, as the CPU and accelerator drivers'), for which the claim core
+writes no started mark before the driver acts.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from tests.unit.runtime_claims.claimkit import (
     EXCLUSIVE,
     FileClaimStore,
     HoldDriver,
+    MemoryHoldDriver,
     Result,
     claim_object,
     driver_config,
@@ -142,6 +146,7 @@ class Trials:
     tmp: Path
     zygote: Zygote
     refs: list[ClaimRef]
+    memory: bool = False  # the driver's holds die with its process
     model: Model = field(default_factory=Model)
     n: int = 0
     kills: int = 0
@@ -163,6 +168,7 @@ class Trials:
             "log": str(log),
             "stderr": str(self.tmp / f"trial-{self.n}.stderr"),
             "refs": [{"namespace": r.namespace, "name": r.name, "uid": r.uid} for r in self.refs],
+            "memory": self.memory,
             **extra,
         }
         return self.zygote.spawn(cfg), log
@@ -211,7 +217,7 @@ class Trials:
     def restart_and_check(self, what: str, damaged: bool = False) -> None:
         """The restart: recover on the same folders, then check every invariant."""
         started_before = set() if damaged else self._started_in_checkpoint()
-        driver = HoldDriver(Path(self.dirs["hw"]))
+        driver = (MemoryHoldDriver if self.memory else HoldDriver)(Path(self.dirs["hw"]))
         m = ClaimManager.create(
             driver,
             "node-a",
@@ -300,11 +306,11 @@ class Trials:
         model.uncertain.clear()
 
 
-@pytest.fixture
-def trials(tmp_path: Path, zygote: Zygote) -> Trials:
+@pytest.fixture(params=["hardware", "memory"])
+def trials(request: pytest.FixtureRequest, tmp_path: Path, zygote: Zygote) -> Trials:
     store = FileClaimStore(tmp_path / "claims.json")
     refs = make_pool(store, random.Random(7))
-    return Trials(tmp_path, zygote, refs)
+    return Trials(tmp_path, zygote, refs, memory=request.param == "memory")
 
 
 def report(t: Trials, name: str) -> None:

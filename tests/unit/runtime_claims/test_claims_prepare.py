@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import threading
 import time
@@ -21,6 +22,7 @@ from tests.unit.runtime_claims.claimkit import (
     NODE,
     HoldDriver,
     MemoryClaimStore,
+    MemoryHoldDriver,
     Result,
     claim_object,
     driver_config,
@@ -304,6 +306,45 @@ def test_the_spec_says_started_while_the_driver_runs_and_the_checkpoint_complete
     assert doc["claims"][ref.uid]["phase"] == "completed"
     assert doc["claims"][ref.uid]["cdiFile"] == f"{DRIVER}-claim_{ref.uid}.json"
     assert doc["claims"][ref.uid]["preparation"]["state"] == {"holds": ["dev-7"]}
+
+
+def test_a_driver_holding_in_memory_gets_no_started_mark_and_its_one_spec_after(
+    make_manager: ManagerFactory,
+    claim_store: MemoryClaimStore,
+    dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A driver whose holds die with its process (the CPU and accelerator drivers') loses them in
+    any kill, so no provisional spec is written before it acts: while it runs the claim has no
+    spec, and afterwards exactly the final one, the same document the checkpoint keeps. A
+    failing prepare of such a driver leaves no spec either."""
+    present: list[bool] = []
+    renames: list[str] = []
+
+    class Spy(MemoryHoldDriver):
+        def prepare(self, claim, results, config):  # type: ignore[no-untyped-def]
+            present.append(spec_path(dirs, claim.uid).exists())
+            return super().prepare(claim, results, config)
+
+    real_replace = os.replace
+
+    def counting_replace(src: Any, dst: Any) -> None:
+        renames.append(os.fspath(dst))
+        real_replace(src, dst)
+
+    ref = put(claim_store, "c", Result("r", "dev-7"))
+    bad = put(claim_store, "bad", Result("r", "dev-6"), config=[driver_config(fail=True)])
+    m = make_manager(Spy(dirs["hw"]))
+    monkeypatch.setattr(os, "replace", counting_replace)
+    out = m.prepare([ref, bad])
+    monkeypatch.undo()
+    assert present == [False, False]
+    assert out[ref.uid].error == "" and "asked to fail" in out[bad.uid].error
+    assert [r for r in renames if r.startswith(str(dirs["cdi"]))] == [str(spec_path(dirs, ref.uid))]
+    assert not spec_path(dirs, bad.uid).exists()
+    found = newest(dirs["state"], DRIVER)
+    assert found is not None and found[1]["claims"][ref.uid]["phase"] == "completed"
+    assert json.loads(spec_path(dirs, ref.uid).read_text()) == m.prepared()[ref.uid].cdi_spec
 
 
 def test_failed_unprepare_keeps_the_claim(
