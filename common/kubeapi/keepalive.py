@@ -8,7 +8,11 @@ wrapper) one GET cost the driver about 1 ms of CPU on the benchmark machine; ove
 request header by header, several sends, and parsing the answer's header through
 `email.parser`. Here the request is one bytes object sent with one `sendall`, and the answer is
 read by `_Conn.answer`: 178 against 437 us of CPU per GET of a claim with a token
-(hack/bench/claim_get.py, both ways interleaved in one run, load average 5).
+(hack/bench/claim_get.py, both ways interleaved in one run, load average 5). A kept connection's
+socket is non-blocking, and the reader polls once for the answer before it reads: 3 system calls
+per GET (send, poll, read) where a socket with a timeout made 7 (its timeout set twice, a poll
+before the send, a read that found nothing). Each system call lets the driver's other threads
+take the interpreter lock, which under load costs thread switches.
 
 Everything that decides *how* to talk to the API server still comes from the official client's
 `Configuration`, loaded as before by `loader.new_api_client` (in-cluster or kubeconfig): the host,
@@ -43,6 +47,7 @@ not say `Connection: close`, and left no byte unread behind it.
 from __future__ import annotations
 
 import re
+import select
 import socket
 import ssl
 import threading
@@ -145,7 +150,7 @@ class Getter:
     def _get(self, target: bytes, timeout: float, fields: bytes) -> Response:
         deadline = time.monotonic() + timeout
         request = b"GET " + target + b" HTTP/1.1\r\n" + fields
-        conn = self._take(timeout)
+        conn = self._take()
         reused = conn is not None
         if conn is None:
             conn = self._connect(timeout)
@@ -171,12 +176,9 @@ class Getter:
         for conn in idle:
             conn.close()
 
-    def _take(self, timeout: float) -> _Conn | None:
+    def _take(self) -> _Conn | None:
         with self._lock:
-            conn = self._idle.pop() if self._idle else None
-        if conn is not None:
-            conn.settimeout(timeout)
-        return conn
+            return self._idle.pop() if self._idle else None
 
     def _connect(self, timeout: float) -> _Conn:
         sock = socket.create_connection((self._host, self._port), timeout)
@@ -187,7 +189,7 @@ class Getter:
         except BaseException:
             sock.close()
             raise
-        return _Conn(sock, timeout)
+        return _Conn(sock)
 
     def _give_back(self, conn: _Conn, keep: bool) -> None:
         if keep:
@@ -199,21 +201,23 @@ class Getter:
 
 
 class _Conn:
-    """One connection and what was received on it and not consumed yet."""
+    """One connection (connected, TLS handshake done) and what was received on it and not
+    consumed yet. Its socket is non-blocking from here on: every wait is `_wait`'s poll, up to
+    the exchange's deadline."""
 
-    __slots__ = ("_buf", "_deadline", "_pos", "_sock", "_timeout")
+    __slots__ = ("_buf", "_deadline", "_pending", "_pos", "_readable", "_sent", "_sock")
 
-    def __init__(self, sock: socket.socket, timeout: float) -> None:
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
         self._sock = sock
-        self._timeout = timeout  # the socket's own timeout (one blocking operation)
         self._buf = bytearray()
         self._pos = 0
         self._deadline = 0.0
-
-    def settimeout(self, timeout: float) -> None:
-        if timeout != self._timeout:
-            self._sock.settimeout(timeout)
-            self._timeout = timeout
+        self._readable = select.poll()
+        self._readable.register(sock, select.POLLIN)
+        # what TLS has decrypted and not handed over yet (no such buffer without TLS)
+        self._pending = sock.pending if isinstance(sock, ssl.SSLSocket) else (lambda: 0)
+        self._sent = False  # a request went out and nothing was read since
 
     def close(self) -> None:
         self._sock.close()
@@ -224,7 +228,8 @@ class _Conn:
         self._buf = bytearray()
         self._pos = 0
         try:
-            self._sock.sendall(request)
+            self._send(request)
+            self._sent = True
             if reused and not self._fill():
                 raise _Stale
         except (BrokenPipeError, ConnectionResetError):
@@ -274,14 +279,47 @@ class _Conn:
 
     # --- reading, every loop bounded ----------------------------------------------------------
 
-    def _fill(self) -> bool:
-        """Receive more; False at the end of the stream. Raises TimeoutError past the deadline."""
+    def _wait(self, event: int) -> None:
+        """Until the socket is ready for `event` (select.POLLIN or POLLOUT), at most until the
+        deadline. Readiness for an error or a hang-up counts: the next call reports it."""
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("no complete answer within the timeout")
-        if left < self._timeout:
-            self.settimeout(left)
-        data = self._sock.recv(_RECV)
+        if event == select.POLLIN:
+            waiter = self._readable
+        else:
+            waiter = select.poll()
+            waiter.register(self._sock, event)
+        if not waiter.poll(left * 1000 + 1):  # milliseconds, rounded up past the deadline
+            raise TimeoutError("no complete answer within the timeout")
+
+    def _send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[self._sock.send(view) :]
+            except (BlockingIOError, ssl.SSLWantWriteError):
+                self._wait(select.POLLOUT)
+            except ssl.SSLWantReadError:  # TLS may need to read before it writes
+                self._wait(select.POLLIN)
+
+    def _fill(self) -> bool:
+        """Receive more; False at the end of the stream. Raises TimeoutError past the deadline
+        (checked before each read too: a server that trickles bytes does not get past it)."""
+        if time.monotonic() >= self._deadline:
+            raise TimeoutError("no complete answer within the timeout")
+        if self._sent:  # right after the request the answer is seldom there: wait, then read
+            self._sent = False
+            if not self._pending():
+                self._wait(select.POLLIN)
+        while True:
+            try:
+                data = self._sock.recv(_RECV)  # what TLS already decrypted comes without a wait
+                break
+            except (BlockingIOError, ssl.SSLWantReadError):
+                self._wait(select.POLLIN)
+            except ssl.SSLWantWriteError:  # TLS may need to write before it reads
+                self._wait(select.POLLOUT)
         if not data:
             return False
         self._buf += data  # never more than one answer's bounds: it starts empty for each

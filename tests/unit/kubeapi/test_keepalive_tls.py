@@ -13,6 +13,7 @@ import shutil
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,16 @@ class TlsServer:
     """Answers every request with ANSWER over TLS on `address`; records client certificates'
     subjects (None: the client showed none)."""
 
-    def __init__(self, pki: ClusterPKI, address: str, require_client_cert: bool) -> None:
+    def __init__(
+        self,
+        pki: ClusterPKI,
+        address: str,
+        require_client_cert: bool,
+        answer: bytes = ANSWER,
+        delay: float = 0.0,
+    ) -> None:
+        self.answer = answer
+        self.delay = delay  # seconds before each answer
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ctx.load_cert_chain(pki.apiserver.cert, pki.apiserver.key)
         if require_client_cert:
@@ -70,7 +80,8 @@ class TlsServer:
                     data += more
                     while b"\r\n\r\n" in data:
                         _, _, data = data.partition(b"\r\n\r\n")
-                        conn.sendall(ANSWER)
+                        time.sleep(self.delay)
+                        conn.sendall(self.answer)
         except (OSError, ssl.SSLError):
             raw.close()
 
@@ -82,8 +93,8 @@ class TlsServer:
 def tls(pki: ClusterPKI) -> Iterator[Callable[..., TlsServer]]:
     servers: list[TlsServer] = []
 
-    def make(address: str = "127.0.0.1", require_client_cert: bool = False) -> TlsServer:
-        servers.append(TlsServer(pki, address, require_client_cert))
+    def make(address: str = "127.0.0.1", require_client_cert: bool = False, **kw: Any) -> TlsServer:
+        servers.append(TlsServer(pki, address, require_client_cert, **kw))
         return servers[-1]
 
     yield make
@@ -143,3 +154,45 @@ def test_the_ca_may_come_as_data(pki: ClusterPKI, tls: Callable[..., TlsServer])
     srv = tls()
     cfg = configuration(f"https://127.0.0.1:{srv.port}", None, ca_cert_data=pki.ca.cert.read_text())
     assert keepalive.Getter(cfg).get("/x", timeout=5).status == 200
+
+
+def test_a_kept_connection_gets_without_changing_its_socket(
+    pki: ClusterPKI, tls: Callable[..., TlsServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each system call of a thread lets the others take the interpreter lock, so a GET makes
+    none it does not need: the kept connection's socket is made non-blocking once, when it is
+    made, and no GET sets its timeout (which was two ioctl calls per GET). The answers, 1 MiB
+    each so that TLS hands them over in many reads, come whole on the one connection."""
+    body = bytes(range(256)) * 4096
+    srv = tls(answer=b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    changes: list[str] = []
+    for name in ("settimeout", "setblocking"):
+        real = getattr(ssl.SSLSocket, name)
+
+        def spy(sock: ssl.SSLSocket, value: Any, real: Any = real, name: str = name) -> None:
+            changes.append(f"{name}({value})")
+            real(sock, value)
+
+        monkeypatch.setattr(ssl.SSLSocket, name, spy)
+    getter = keepalive.Getter(configuration(f"https://127.0.0.1:{srv.port}", pki.ca.cert))
+    assert getter.get("/first", timeout=5).data == body
+    at_connect = list(changes)
+    for i in range(20):
+        assert getter.get(f"/x{i}", timeout=5).data == body
+    assert changes == at_connect, "a GET on the kept connection changed its socket"
+    assert len(srv.clients) == 1  # one connection, kept
+
+
+def test_a_tls_server_that_answers_late_times_out_at_the_deadline(
+    pki: ClusterPKI, tls: Callable[..., TlsServer]
+) -> None:
+    """The whole exchange is bounded by the call's timeout, waits included, on a kept
+    connection as on a new one."""
+    srv = tls(delay=0.0)
+    getter = keepalive.Getter(configuration(f"https://127.0.0.1:{srv.port}", pki.ca.cert))
+    assert getter.get("/warm", timeout=5).status == 200  # the connection is kept
+    srv.delay = 3.0
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        getter.get("/late", timeout=0.3)
+    assert 0.25 <= time.monotonic() - started < 2.0
