@@ -16,7 +16,7 @@ from typing import Any
 from topodra.common import logs
 from topodra.common.runtime import metrics
 from topodra.common.runtime.driver import ClaimRef
-from topodra.common.runtime.grpcserver.connection import Deferred, Method
+from topodra.common.runtime.grpcserver.connection import Deferred, Method, gathered
 from topodra.common.runtime.grpcserver.service import methods
 from topodra.common.runtime.seams import AsyncClaimProcessor, ClaimOutcome, ClaimProcessor
 from topodra.proto.dra.v1 import api_pb2 as v1
@@ -77,6 +77,8 @@ class DRAServicer:
         self._async: AsyncClaimProcessor | None = (
             processor if isinstance(processor, AsyncClaimProcessor) else None
         )
+        if self._async is not None and hasattr(processor, "answering"):
+            processor.answering = gathered  # a batch's answers leave in one write per connection
         self._log = logs.get(__name__, driver=driver)
         # each call's metric children, looked up on first use only (`labels()` takes a lock and
         # builds a key; made up front, series nobody called would be exported at zero)

@@ -21,6 +21,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,9 @@ class ClaimManager:
         self._cdi = cdi_writer
         self._specs = spec.ClaimSpecs(cdi_writer.kind, driver.name)
         self._mark_started = not holds_in_memory(driver)
+        # entered around the answers of one batch: the DRA servicer sets its gRPC server's
+        # `gathered`, so that the batch's answers leave in one write (draserver.py)
+        self.answering: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
         self._clock = clock
         self._lock = threading.Lock()
         self._calls = CallQueue()
@@ -335,8 +339,9 @@ class ClaimManager:
             for r in batch:
                 r.fail(f"internal error: {type(e).__name__}: {e}")
         finally:
-            for r in batch:
-                r.finish()
+            with self.answering():
+                for r in batch:
+                    r.finish()
 
     # --- prepare ------------------------------------------------------------------------------
 

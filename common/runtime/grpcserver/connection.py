@@ -2,7 +2,9 @@
 
 One thread reads the socket and parses frames; each complete request goes to the server's
 worker pool, whose thread runs the handler and writes the answer itself (a unary answer that
-fits the send windows leaves in one `sendall`: headers, message and trailers). One condition
+fits the send windows leaves in one `sendall`: headers, message and trailers). A thread that
+answers many calls at once (the claim core answers a whole batch) does it inside `gathered()`:
+its frames for each connection leave together in one `sendall` at the end. One condition
 guards the socket's writes, the send windows and the stream table, so a worker waiting for a
 WINDOW_UPDATE sleeps on it and the reader wakes it.
 
@@ -38,6 +40,32 @@ INTERNAL = 13
 UNAVAILABLE = 14
 
 RECV_WINDOW = 1 << 20  # per stream and per connection; replenished once half is used
+
+_gathering = threading.local()  # .frames: connection -> frames this thread holds back, or None
+
+
+@contextlib.contextmanager
+def gathered() -> Iterator[None]:
+    """Within the block, the frames this thread writes wait; at its end each connection's go out
+    in one send, in the order they were written. For a thread that answers many calls at once:
+    one system call instead of one per answer, and the client wakes once for them all (the
+    kubelet's gRPC client also answers each wake-up that brings data with a PING of its own).
+    Everything else about a write (stream state, send windows) is done when it is written;
+    only the bytes wait. A write that must wait for the client's window sends what this thread
+    held back for that connection first. Nested blocks send at the end of the outermost."""
+    if getattr(_gathering, "frames", None) is not None:
+        yield
+        return
+    held: dict[Connection, list[bytes]] = {}
+    _gathering.frames = held
+    try:
+        yield
+    finally:
+        _gathering.frames = None
+        for conn, frames in held.items():
+            conn._send_held(frames)
+
+
 MAX_STATUS_MESSAGE = 1024  # grpc-message text we send
 
 
@@ -632,6 +660,7 @@ class Connection:
                     self._streams.pop(s.id, None)
                     self._write(f.rst_stream(s.id, f.CANCEL))
                     return False
+                self._send_held_locked()  # the client grants window for what it has received
                 self._cond.wait(left)
             if s.reset or self._closed:
                 return False
@@ -684,9 +713,33 @@ class Connection:
                 self._write(f.rst_stream(stream, f.NO_ERROR))
 
     def _write(self, data: bytes) -> None:
-        """Callers hold the condition. A dead socket ends the connection for every stream."""
+        """Callers hold the condition. A dead socket ends the connection for every stream.
+        Inside `gathered()` the bytes wait for the end of the block."""
         if self._closed:
             return
+        held = _gathering.__dict__.get("frames")
+        if held is not None:
+            frames = held.get(self)
+            if frames is None:
+                held[self] = [data]
+            else:
+                frames.append(data)
+            return
+        self._send(data)
+
+    def _send_held(self, frames: list[bytes]) -> None:
+        with self._cond:
+            if not self._closed:
+                self._send(b"".join(frames))
+
+    def _send_held_locked(self) -> None:
+        held = _gathering.__dict__.get("frames")
+        frames = held.pop(self, None) if held else None
+        if frames and not self._closed:
+            self._send(b"".join(frames))
+
+    def _send(self, data: bytes) -> None:
+        """Callers hold the condition."""
         try:
             self._sock.sendall(data)
         except OSError as e:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -345,6 +347,37 @@ def test_a_driver_holding_in_memory_gets_no_started_mark_and_its_one_spec_after(
     found = newest(dirs["state"], DRIVER)
     assert found is not None and found[1]["claims"][ref.uid]["phase"] == "completed"
     assert json.loads(spec_path(dirs, ref.uid).read_text()) == m.prepared()[ref.uid].cdi_spec
+
+
+def test_the_answers_of_a_batch_are_given_inside_answering(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, driver: HoldDriver
+) -> None:
+    """The thread that serves a batch gives every answer of it inside `answering()`, once per
+    batch: the DRA servicer sets its gRPC server's `gathered` there, so that the answers leave
+    in one write (common/runtime/grpcserver/connection.py)."""
+    m = make_manager(driver)
+    entered: list[str] = []
+    inside = [False]
+
+    @contextlib.contextmanager
+    def answering() -> Iterator[None]:
+        entered.append("enter")
+        inside[0] = True
+        try:
+            yield
+        finally:
+            inside[0] = False
+
+    m.answering = answering
+    refs = [put(claim_store, f"c{i}", Result("r", f"dev-{i}")) for i in range(3)]
+    seen: list[tuple[bool, list[str]]] = []
+    m.prepare_async(
+        refs, lambda got: seen.append((inside[0], sorted(u for u, o in got.items() if not o.error)))
+    )
+    m.unprepare_async(refs, lambda got: seen.append((inside[0], sorted(u for u, e in got.items() if not e))))
+    everyone = sorted(r.uid for r in refs)
+    assert seen == [(True, everyone), (True, everyone)]
+    assert entered == ["enter", "enter"]
 
 
 def test_failed_unprepare_keeps_the_claim(

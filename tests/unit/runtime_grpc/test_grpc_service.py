@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from topodra.common.runtime.grpcserver.connection import gathered
 from topodra.common.runtime.plugin import PluginOptions
 from topodra.common.runtime.service import DriverService
 
@@ -58,6 +59,15 @@ def start_service(
     service.start()
     made.append(service)
     return service
+
+
+def test_the_claim_core_answers_each_batch_in_one_write(
+    kubelet_root: Path, store: MemoryClaimStore, services: list[DriverService]
+) -> None:
+    """The DRA servicer hands the claim core its gRPC server's `gathered`, which the thread
+    serving a batch enters around the batch's answers (test_server.py: what it does)."""
+    service = start_service(kubelet_root, store, services)
+    assert service.claims.answering is gathered
 
 
 def test_prepare_writes_cdi_and_answers_over_both_versions(

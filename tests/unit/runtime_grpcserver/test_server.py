@@ -22,7 +22,7 @@ import grpc
 import pytest
 from topodra.common.runtime.grpcserver import frames as f
 from topodra.common.runtime.grpcserver import hpack
-from topodra.common.runtime.grpcserver.connection import CallContext, Deferred, Limits, Method
+from topodra.common.runtime.grpcserver.connection import CallContext, Deferred, Limits, Method, gathered
 from topodra.common.runtime.grpcserver.server import GrpcServer
 from topodra.proto.pluginregistration.v1 import api_pb2 as pb
 
@@ -589,5 +589,100 @@ def test_a_connection_that_cannot_be_set_up_leaves_the_listener_serving(
             first.handshake()
             first.frame()
         assert_served(sock_path)
+    finally:
+        server.stop(1.0)
+
+
+def _later_routes(pending: list[tuple[Deferred, str]], arrived: threading.Event, n: int) -> dict[str, Method]:
+    lock = threading.Lock()
+
+    def later(request: pb.RegistrationStatus, context: CallContext) -> Deferred:
+        d = Deferred()
+        with lock:
+            pending.append((d, request.error))
+            if len(pending) == n:
+                arrived.set()
+        return d
+
+    return {"/t/Later": Method(pb.RegistrationStatus.FromString, later, False)}
+
+
+def test_answers_written_inside_gathered_leave_together_at_its_end(sock_path: Path) -> None:
+    """The claim core answers a batch from one thread inside `gathered()`: no answer leaves
+    before the block ends, then all of them do, each whole and on its own stream."""
+    pending: list[tuple[Deferred, str]] = []
+    arrived, inside, leave = threading.Event(), threading.Event(), threading.Event()
+    server = GrpcServer("t.sock", _later_routes(pending, arrived, 5), workers=2)
+    server.listen(sock_path)
+    server.start()
+    try:
+        c = raw(sock_path)
+        c.handshake()
+        c.until(f.SETTINGS)  # the server's settings (and later its ACK) come before any answer
+        streams = [1, 3, 5, 7, 9]
+        for s in streams:
+            c.request(s, "/t/Later", pb.RegistrationStatus(error=f"s{s}").SerializeToString())
+        assert arrived.wait(10)
+
+        def answer_all() -> None:
+            with gathered():
+                for d, text in pending:
+                    d.resolve(pb.PluginInfo(name=text))
+                inside.set()
+                leave.wait(10)
+
+        threading.Thread(target=answer_all).start()
+        assert inside.wait(10)
+        c.sock.settimeout(0.3)
+        with pytest.raises(TimeoutError):  # everything is resolved, nothing has left
+            while True:
+                k, _, s, _ = c.frame()
+                assert s == 0, f"frame {k} of stream {s} left inside the block"
+        c.sock.settimeout(5)
+        leave.set()
+        got = {s: c.answer(s) for s in streams}
+        assert got == {s: (0, pb.PluginInfo(name=f"s{s}").SerializeToString()) for s in streams}
+    finally:
+        leave.set()
+        server.stop(1.0)
+
+
+def test_a_gathered_answer_larger_than_the_window_is_sent_before_the_writer_waits(sock_path: Path) -> None:
+    """An answer bigger than the client's window needs the client to read some of it before the
+    rest may go: inside `gathered()` what was held back is sent before the writer waits for the
+    window, else client and writer would wait for each other until the send timeout."""
+    pending: list[tuple[Deferred, str]] = []
+    arrived = threading.Event()
+    server = GrpcServer(
+        "t.sock", _later_routes(pending, arrived, 1), workers=2, limits=Limits(send_timeout=5)
+    )
+    server.listen(sock_path)
+    server.start()
+    answered = threading.Event()
+    try:
+        c = raw(sock_path)
+        c.send(f.PREFACE + f.settings({f.SETTINGS_INITIAL_WINDOW_SIZE: 1000}))
+        c.request(1, "/t/Later", pb.RegistrationStatus(error="big").SerializeToString())
+        assert arrived.wait(10)
+        answer = pb.PluginInfo(name="big", endpoint="y" * 5000)
+
+        def resolve() -> None:
+            with gathered():
+                pending[0][0].resolve(answer)
+            answered.set()
+
+        threading.Thread(target=resolve).start()
+        c.sock.settimeout(2)  # well inside the send timeout
+        first = 0
+        while first == 0:
+            k, _, stream, payload = c.frame()
+            if k == f.DATA and stream == 1:
+                first = len(payload)
+        assert first == 1000  # the window's worth, sent while the writer waits for more
+        c.send(f.window_update(1, 1 << 20))
+        c.sock.settimeout(5)
+        status, rest = c.answer(1)  # the rest of the data, less 5 bytes (`answer` takes them as the prefix)
+        assert (status, first + len(rest) + 5) == (0, 5 + len(answer.SerializeToString()))
+        assert answered.wait(5)
     finally:
         server.stop(1.0)
