@@ -10,9 +10,10 @@ request header by header, several sends, and parsing the answer's header through
 read by `_Conn.answer`: 178 against 437 us of CPU per GET of a claim with a token
 (hack/bench/claim_get.py, both ways interleaved in one run, load average 5). A kept connection's
 socket is non-blocking, and the reader polls once for the answer before it reads: 3 system calls
-per GET (send, poll, read) where a socket with a timeout made 7 (its timeout set twice, a poll
-before the send, a read that found nothing). Each system call lets the driver's other threads
-take the interpreter lock, which under load costs thread switches.
+per GET of a one-record answer (send, poll, read; one read more per further TLS record) where a
+socket with a timeout made 7 (its timeout set twice, a poll before the send, a read that found
+nothing), counted with strace. Each system call lets the driver's other threads take the
+interpreter lock, which under load costs thread switches.
 
 Everything that decides *how* to talk to the API server still comes from the official client's
 `Configuration`, loaded as before by `loader.new_api_client` (in-cluster or kubeconfig): the host,
