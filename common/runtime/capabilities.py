@@ -1,7 +1,8 @@
 """What a driver may offer beyond scan, prepare, unprepare and restore, checked in one place.
 
-Each optional capability is a Protocol below. `of(driver)` is asked only while the runtime
-composes a driver's service (the inventory, the plugin, `serve`), never on a call path, and
+Each optional capability is a Protocol below (`holds_in_memory`, a class attribute, is read
+directly). `of(driver)` is asked only while the runtime composes a driver's service (the
+inventory, the plugin, the claim core, `serve`), never on a call path, and
 hands out what it found; no other module asks a driver what it can do.
 """
 
@@ -73,6 +74,13 @@ class Serves(Protocol):
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     policy: Policy
+    # A class attribute `holds_in_memory = True`: everything the driver's prepare does lives in
+    # its own process (holds in its memory; effects outside it, like an NRI plugin's cpusets,
+    # derived from those holds again when it starts). A kill or a restart then undoes an
+    # unfinished prepare by itself, and the claim core writes no started mark (the provisional
+    # CDI spec) before the driver acts (docs/design/claim-lifecycle.md). Without it the mark is
+    # written.
+    holds_in_memory: bool = False
     check_health: Callable[[], Mapping[str, DeviceHealth]] | None = None
     bind_inventory: Callable[[InventoryHandle], None] | None = None
     set_status_writer: Callable[[ClaimStatusWriter], None] | None = None
@@ -83,6 +91,7 @@ class Capabilities:
 def of(driver: Driver) -> Capabilities:
     return Capabilities(
         policy=driver.inventory_policy() if isinstance(driver, DeclaresPolicy) else Policy(),
+        holds_in_memory=getattr(driver, "holds_in_memory", False) is True,
         check_health=driver.check_health if isinstance(driver, ChecksHealth) else None,
         bind_inventory=driver.bind_inventory if isinstance(driver, UsesInventory) else None,
         set_status_writer=driver.set_status_writer if isinstance(driver, WritesClaimStatus) else None,

@@ -121,16 +121,6 @@ class Driver(Protocol):
         ...
 
 
-def holds_in_memory(driver: Driver) -> bool:
-    """Whether everything the driver's prepare does lives in its own process: holds kept in its
-    memory, and effects outside it (an NRI plugin's cpusets) derived from those holds again when
-    it starts. A kill or a restart then undoes an unfinished prepare by itself, and the claim core
-    writes no started mark (the provisional CDI spec) before the driver acts: nothing would be
-    left for a restart to roll back (docs/design/claim-lifecycle.md). A driver says so with a
-    class attribute `holds_in_memory = True`; without one, the mark is written."""
-    return getattr(driver, "holds_in_memory", False) is True
-
-
 # --- optional: drivers that write ResourceClaim status (additive; used by the NIC driver) -------
 
 

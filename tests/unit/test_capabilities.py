@@ -31,3 +31,17 @@ def test_a_driver_that_serves_is_found_once_and_a_partial_one_is_not() -> None:
     # start/stop/status_detail come together: half of them is not the capability
     assert capabilities.of(_OnlyStops()).serves is None  # type: ignore[arg-type]
     assert capabilities.of(_Plain()).serves is None  # type: ignore[arg-type]
+
+
+class _InMemory(_Plain):
+    holds_in_memory = True
+
+
+class _SaysSo(_Plain):
+    holds_in_memory = "yes"  # not the declaration: only True is
+
+
+def test_holds_in_memory_is_read_from_the_class_and_only_true_counts() -> None:
+    assert capabilities.of(_InMemory()).holds_in_memory is True  # type: ignore[arg-type]
+    assert capabilities.of(_Plain()).holds_in_memory is False  # type: ignore[arg-type]
+    assert capabilities.of(_SaysSo()).holds_in_memory is False  # type: ignore[arg-type]

@@ -32,7 +32,7 @@ from topodra.common.inventory.compose import published
 from topodra.common.kubeapi.claims import ClaimSource
 from topodra.common.kubeapi.errors import ApiError, NotFound, Unusable
 from topodra.common.kubeapi.types import ResourceClaim
-from topodra.common.runtime import metrics
+from topodra.common.runtime import capabilities, metrics
 from topodra.common.runtime.checkpoint import Checkpoint, ClaimRecord, Phase
 from topodra.common.runtime.claims import spec
 from topodra.common.runtime.claims.check import (
@@ -48,7 +48,7 @@ from topodra.common.runtime.claims.held import Held
 from topodra.common.runtime.claims.queue import Call, CallQueue, stages
 from topodra.common.runtime.claims.reconcile import Judge, ReconcileReport
 from topodra.common.runtime.claims.recovery import adopt
-from topodra.common.runtime.driver import ClaimRef, Driver, Preparation, holds_in_memory
+from topodra.common.runtime.driver import ClaimRef, Driver, Preparation
 from topodra.common.runtime.seams import ClaimOutcome
 
 _log = logs.get("topodra.runtime.claims")
@@ -120,7 +120,7 @@ class ClaimManager:
         self._checkpoint = checkpoint
         self._cdi = cdi_writer
         self._specs = spec.ClaimSpecs(cdi_writer.kind, driver.name)
-        self._mark_started = not holds_in_memory(driver)
+        self._mark_started = not capabilities.of(driver).holds_in_memory
         # entered around the answers of one batch: the DRA servicer sets its gRPC server's
         # `gathered`, so that the batch's answers leave in one write (draserver.py)
         self.answering: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext

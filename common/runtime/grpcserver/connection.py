@@ -44,6 +44,12 @@ RECV_WINDOW = 1 << 20  # per stream and per connection; replenished once half is
 _gathering = threading.local()  # .frames: connection -> frames this thread holds back, or None
 
 
+def _held() -> dict[Connection, list[bytes]] | None:
+    """What this thread holds back inside `gathered()`; None outside it."""
+    frames: dict[Connection, list[bytes]] | None = _gathering.__dict__.get("frames")
+    return frames
+
+
 @contextlib.contextmanager
 def gathered() -> Iterator[None]:
     """Within the block, the frames this thread writes wait; at its end each connection's go out
@@ -53,7 +59,7 @@ def gathered() -> Iterator[None]:
     Everything else about a write (stream state, send windows) is done when it is written;
     only the bytes wait. A write that must wait for the client's window sends what this thread
     held back for that connection first. Nested blocks send at the end of the outermost."""
-    if getattr(_gathering, "frames", None) is not None:
+    if _held() is not None:
         yield
         return
     held: dict[Connection, list[bytes]] = {}
@@ -717,7 +723,7 @@ class Connection:
         Inside `gathered()` the bytes wait for the end of the block."""
         if self._closed:
             return
-        held = _gathering.__dict__.get("frames")
+        held = _held()
         if held is not None:
             frames = held.get(self)
             if frames is None:
@@ -733,7 +739,7 @@ class Connection:
                 self._send(b"".join(frames))
 
     def _send_held_locked(self) -> None:
-        held = _gathering.__dict__.get("frames")
+        held = _held()
         frames = held.pop(self, None) if held else None
         if frames and not self._closed:
             self._send(b"".join(frames))

@@ -8,7 +8,6 @@ files) is the real one; only the claim GET is served by a stand-in (kit.ClaimSto
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 from topodra.common.cdi.spec import CdiWriter
 from topodra.common.runtime.checkpoint import Checkpoint
 from topodra.common.runtime.claims import ClaimManager, cdi_kind
-from topodra.common.runtime.claims.spec import env_token
+from topodra.common.runtime.claims.spec import env_token, record_from_spec
 from topodra.common.runtime.driver import ClaimRef, Health, Preparation, PrepareError
 from topodra.common.topology import discover
 from topodra.drivers.cpu import devices as layout
@@ -392,9 +391,9 @@ def test_the_claim_core_writes_one_spec_per_cpu_claim_after_the_cpus_are_chosen(
     real_put = CdiWriter.put
 
     def put(self: CdiWriter, spec_id: str, spec: dict[str, object]) -> str:
-        record = next(e for e in spec["containerEdits"]["env"] if "_CLAIM_RECORD=" in e)  # type: ignore[index]
-        phase = json.loads(record.split("=", 1)[1])["phase"]
-        writes.append((spec_id, self.path(spec_id).exists(), phase))
+        record = record_from_spec(self.kind, d.name, spec_id, self.file_name(spec_id), spec)
+        assert record is not None
+        writes.append((spec_id, self.path(spec_id).exists(), record.phase.value))
         return real_put(self, spec_id, spec)
 
     monkeypatch.setattr(CdiWriter, "put", put)
@@ -403,9 +402,8 @@ def test_the_claim_core_writes_one_spec_per_cpu_claim_after_the_cpus_are_chosen(
     out = m.prepare([a, b])
     assert not out[a.uid].error and not out[b.uid].error
     assert writes == [(a.uid, False, "completed"), (b.uid, False, "completed")]
-    assert sorted(p.name for p in cdi.iterdir()) == sorted(
-        f"{cdi_kind(d.name).replace('/', '-')}_{u}.json" for u in (a.uid, b.uid)
-    )
+    writer = CdiWriter(cdi, cdi_kind(d.name))
+    assert sorted(p.name for p in cdi.iterdir()) == sorted(writer.file_name(u) for u in (a.uid, b.uid))
     m.close()
 
 

@@ -61,7 +61,7 @@ def start_service(
     return service
 
 
-def test_the_claim_core_answers_each_batch_in_one_write(
+def test_the_dra_servicer_hands_the_claim_core_its_gathered_writes(
     kubelet_root: Path, store: MemoryClaimStore, services: list[DriverService]
 ) -> None:
     """The DRA servicer hands the claim core its gRPC server's `gathered`, which the thread
