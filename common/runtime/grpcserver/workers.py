@@ -3,11 +3,23 @@
 Why not concurrent.futures' ThreadPoolExecutor: it makes a Future per call (a Condition and its
 lock), takes and gives a semaphore per call and keeps what a call raised inside that Future, which
 nobody here reads. The server needs only "run this soon on a thread of the pool": one lock
-taken per call and a queue (docs/bench/latest.md has what it cost). What a call raises is
-logged, naming the call, instead of being kept. The threads are daemons: a driver that exits
-does not wait for a call stuck past the server's grace period, which ThreadPoolExecutor's threads
-made it do; ending a call anywhere is what a kill does, and the claim core is safe against a kill
-at every step (docs/design/claim-lifecycle.md).
+taken per call and a hand-off to one thread (docs/bench/latest.md has what it cost). What a
+call raises is logged, naming the call, instead of being kept. The threads are daemons: a
+driver that exits does not wait for a call stuck past the server's grace period, which
+ThreadPoolExecutor's threads made it do; ending a call anywhere is what a kill does, and the
+claim core is safe against a kill at every step (docs/design/claim-lifecycle.md).
+
+A call wakes one thread, the one that runs it. With all idle threads waiting on one queue
+(queue.SimpleQueue's get), the thread that took a call woke another, which found the queue empty
+and slept again: 100 calls one after another, 2 ms apart, with 8 threads idle, cost the pool's
+threads 379-387 voluntary context switches, where threads that ran one call switched 64-73
+times; with a lock of each idle thread's own, 186-192. In `topodra serve cpu` answering one call
+at a time: 14 voluntary context switches of the process per prepare+unprepare, now 9.5.
+The thread idle longest takes the next call. Handing it to the one idle last instead (warmer
+caches) cost more in 64-in-flight rounds: the claims per second of `serve cpu` 0.93x of the
+queue's in the same run, against 1.02x (docs/bench/latest.md). Calls that find no idle thread
+and no room for another wait in a backlog, which threads take from as they finish; a burst wakes
+threads one after another (see `_waking`).
 
 A burst of calls starts up to `size` threads; when it is over, threads beyond `keep` that waited
 `linger` seconds for a call end, so a pool sized for bursts does not keep them and their stacks
@@ -17,18 +29,29 @@ A burst of calls starts up to `size` threads; when it is over, threads beyond `k
 
 from __future__ import annotations
 
-import queue
+import collections
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from topodra.common import logs
 
-_Item = tuple[Callable[..., None], tuple[Any, ...]] | None  # None: a worker's signal to end
+_Call = tuple[Callable[..., None], tuple[Any, ...]]
 
 
 KEEP = 8  # threads that wait for calls however long it takes
 LINGER = 30.0  # seconds a thread beyond KEEP waits for a call before it ends
+
+
+class _Idle:
+    """An idle thread's wake-up: held while the thread waits; whoever takes the thread off the
+    idle stack releases it."""
+
+    __slots__ = ("wake",)
+
+    def __init__(self) -> None:
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
 
 class Workers:
@@ -42,49 +65,77 @@ class Workers:
         self._linger = linger
         self._name = name
         self._log = log
-        self._calls: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._backlog: collections.deque[_Call] = collections.deque()  # calls no thread took yet
+        self._idle: collections.deque[_Idle] = collections.deque()  # waiting threads, longest first
         self._started = 0  # threads running, never more than `size`
         self._named = 0  # threads ever started
-        # Workers that finished a call and will take the next one: each submit takes one such
-        # promise or, with none left, starts a thread (up to `size`); with neither, the call
-        # waits in the queue for the first worker free.
-        self._idle = 0
+        # Threads woken or started that have not yet come for a call. While one is on its way,
+        # a submit only adds to the backlog: the one on its way takes a call and, if more wait,
+        # wakes the next thread. A burst of calls thus wakes threads one after another, each as
+        # the one before runs, rather than all at once to queue for the interpreter lock.
+        self._waking = 0
         self._closed = False
 
     def submit(self, fn: Callable[..., None], *args: Any) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"worker pool {self._name} is closed")
-            self._calls.put((fn, args))
-            if self._idle:
-                self._idle -= 1
+            self._backlog.append((fn, args))
+            if self._waking:
                 return
-            if self._started >= self._size:
-                return
-            thread = threading.Thread(target=self._work, name=f"{self._name}-{self._named}", daemon=True)
+            wake = self._wake_one()
+        if wake is not None:
+            wake()
+
+    def _wake_one(self) -> Callable[[], None] | None:
+        """Under the lock: take an idle thread, or start one while the pool has room; what to
+        call once the lock is let go (None: every thread is busy, the backlog waits for one)."""
+        if self._idle:
+            self._waking += 1
+            return self._idle.popleft().wake.release
+        if self._started < self._size:
+            self._waking += 1
             self._started += 1
             self._named += 1  # names stay unique when threads that lingered have ended
-        thread.start()
+            name = f"{self._name}-{self._named - 1}"
+            return threading.Thread(target=self._work, name=name, daemon=True).start
+        return None
 
-    def _next(self) -> _Item:
+    def _next(self, mailbox: _Idle, woken: bool) -> _Call | None:
         """The next call; None to end: at close, or after `linger` seconds without one while
-        more than `keep` threads are started and one idle thread can be spared (an idle thread
-        is a promise to some submit; one that gives its promise back may end)."""
+        more than `keep` threads are started."""
         while True:
-            try:
-                return self._calls.get(timeout=self._linger)
-            except queue.Empty:
+            with self._lock:
+                if woken:
+                    self._waking -= 1
+                    woken = False
+                if self._closed:
+                    self._started -= 1
+                    return None
+                if self._backlog:
+                    call = self._backlog.popleft()
+                    wake = self._wake_one() if self._backlog and not self._waking else None
+                    break
+                self._idle.append(mailbox)
+            while not mailbox.wake.acquire(timeout=self._linger):
                 with self._lock:
-                    if self._started > self._keep and self._idle > 0:
-                        self._idle -= 1
+                    if mailbox in self._idle and self._started > self._keep:
+                        self._idle.remove(mailbox)
                         self._started -= 1
                         return None
+                # kept, or taken off the stack by someone about to wake it
+            woken = True
+        if wake is not None:
+            wake()
+        return call
 
     def _work(self) -> None:
-        lock = self._lock
-        while (item := self._next()) is not None:
-            fn, args = item
+        mailbox = _Idle()
+        woken = True  # started for a call: counted as on its way
+        while (call := self._next(mailbox, woken)) is not None:
+            woken = False
+            fn, args = call
             try:
                 fn(*args)
             except BaseException as e:  # a worker outlives the call it ran
@@ -94,20 +145,15 @@ class Workers:
                     call=getattr(fn, "__qualname__", repr(fn)),
                     error=f"{type(e).__name__}: {e}",
                 )
-            del item, fn, args  # hold nothing of the call while waiting for the next one
-            with lock:
-                self._idle += 1
+            del call, fn, args  # hold nothing of the call while waiting for the next one
 
     def close(self) -> None:
         """No new calls; calls not yet started are dropped (their connections are closed by
         now), those running finish on their own: this does not wait for them."""
         with self._lock:
             self._closed = True
-            threads = self._started
-        while True:
-            try:
-                self._calls.get_nowait()
-            except queue.Empty:
-                break
-        for _ in range(threads):
-            self._calls.put(None)
+            self._backlog.clear()
+            idle, self._idle = self._idle, collections.deque()
+            self._waking += len(idle)
+        for mailbox in idle:
+            mailbox.wake.release()

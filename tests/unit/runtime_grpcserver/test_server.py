@@ -271,6 +271,8 @@ class RawClient:
         self.sock.settimeout(5)
         self.buf = b""
         self.decoder = hpack.Decoder()
+        self.messages: dict[int, bytes] = {}  # stream -> the DATA of an answer not complete yet
+        self.answered: dict[int, tuple[int, bytes]] = {}  # stream -> complete, not asked for yet
 
     def handshake(self) -> None:
         self.sock.sendall(f.PREFACE + f.settings({}))
@@ -320,18 +322,17 @@ class RawClient:
                 return flags, payload
 
     def answer(self, stream: int) -> tuple[int, bytes]:
-        """(grpc-status, message bytes) of a unary call."""
-        message = b""
-        while True:
+        """(grpc-status, message bytes) of a unary call. The answers of other calls that come
+        first are kept for their own `answer`: a server answers calls in any order."""
+        while stream not in self.answered:
             k, flags, s, payload = self.frame()
-            if s != stream:
-                continue
             if k == f.DATA:
-                message += payload
+                self.messages[s] = self.messages.get(s, b"") + payload
             if k == f.HEADERS:
                 headers = dict(self.decoder.decode(payload))
                 if flags & f.END_STREAM:
-                    return int(headers["grpc-status"]), message[5:]
+                    self.answered[s] = int(headers["grpc-status"]), self.messages.pop(s, b"")[5:]
+        return self.answered.pop(stream)
 
 
 def assert_served(path: Path) -> None:
