@@ -13,13 +13,16 @@ A call wakes one thread, the one that runs it. With all idle threads waiting on 
 (queue.SimpleQueue's get), the thread that took a call woke another, which found the queue empty
 and slept again: 100 calls one after another, 2 ms apart, with 8 threads idle, cost the pool's
 threads 379-387 voluntary context switches, where threads that ran one call switched 64-73
-times; with a lock of each idle thread's own, 186-192. In `topodra serve cpu` answering one call
-at a time: 14 voluntary context switches of the process per prepare+unprepare, now 9.5.
-The thread idle longest takes the next call. Handing it to the one idle last instead (warmer
-caches) cost more in 64-in-flight rounds: the claims per second of `serve cpu` 0.93x of the
-queue's in the same run, against 1.02x (docs/bench/latest.md). Calls that find no idle thread
-and no room for another wait in a backlog, which threads take from as they finish; a burst wakes
-threads one after another (see `_waking`).
+times; with a lock of each idle thread's own, 173-179. In `topodra serve cpu` answering one call
+at a time: 14.2-14.3 voluntary context switches of the process per prepare+unprepare, now 9.4-9.6.
+The thread asleep longest takes the next call. Handing it to the one asleep the shortest
+instead (warmer caches) cost more in 64-in-flight rounds: the claims per second of `serve cpu`
+0.93x of the queue's in the same run, against 1.02x (docs/bench/latest.md). As with the queue, a
+call starts a thread only when no thread that finished its call is free (`_idle`); else it waits
+in the backlog, which threads take from as they finish; a burst wakes sleepers one after another
+(see `_waking`). Letting a thread that took a call from the backlog start the next one, as a
+first version did, started up to twice the threads in a burst (29-58 against 27-39 after
+bench-peer's warm-up) and cost their stacks' memory.
 
 A burst of calls starts up to `size` threads; when it is over, threads beyond `keep` that waited
 `linger` seconds for a call end, so a pool sized for bursts does not keep them and their stacks
@@ -44,8 +47,8 @@ LINGER = 30.0  # seconds a thread beyond KEEP waits for a call before it ends
 
 
 class _Idle:
-    """An idle thread's wake-up: held while the thread waits; whoever takes the thread off the
-    idle stack releases it."""
+    """A sleeping thread's wake-up: held while the thread sleeps; whoever takes the thread off
+    the sleepers releases it."""
 
     __slots__ = ("wake",)
 
@@ -67,13 +70,17 @@ class Workers:
         self._log = log
         self._lock = threading.Lock()
         self._backlog: collections.deque[_Call] = collections.deque()  # calls no thread took yet
-        self._idle: collections.deque[_Idle] = collections.deque()  # waiting threads, longest first
+        self._sleeping: collections.deque[_Idle] = collections.deque()  # longest asleep first
         self._started = 0  # threads running, never more than `size`
         self._named = 0  # threads ever started
-        # Threads woken or started that have not yet come for a call. While one is on its way,
-        # a submit only adds to the backlog: the one on its way takes a call and, if more wait,
-        # wakes the next thread. A burst of calls thus wakes threads one after another, each as
-        # the one before runs, rather than all at once to queue for the interpreter lock.
+        # Threads that finished a call and will take the next one (asleep, or about to look at
+        # the backlog): each submit takes one such promise or, with none left, starts a thread
+        # (up to `size`); with neither, the call waits in the backlog for the first thread free.
+        self._idle = 0
+        # Sleepers woken that have not yet looked at the backlog. While one is on its way, a
+        # submit wakes nobody: the one on its way takes a call and, if more wait, wakes the next
+        # sleeper. A burst thus wakes sleepers one after another, each as the one before runs,
+        # rather than all at once to queue for the interpreter lock.
         self._waking = 0
         self._closed = False
 
@@ -82,49 +89,52 @@ class Workers:
             if self._closed:
                 raise RuntimeError(f"worker pool {self._name} is closed")
             self._backlog.append((fn, args))
-            if self._waking:
+            if self._idle:
+                self._idle -= 1
+                wake = self._wake_sleeper()
+            elif self._started < self._size:
+                self._started += 1
+                self._named += 1  # names stay unique when threads that lingered have ended
+                name = f"{self._name}-{self._named - 1}"
+                wake = threading.Thread(target=self._work, name=name, daemon=True).start
+            else:
                 return
-            wake = self._wake_one()
         if wake is not None:
             wake()
 
-    def _wake_one(self) -> Callable[[], None] | None:
-        """Under the lock: take an idle thread, or start one while the pool has room; what to
-        call once the lock is let go (None: every thread is busy, the backlog waits for one)."""
-        if self._idle:
+    def _wake_sleeper(self) -> Callable[[], None] | None:
+        """Under the lock: the sleeper to wake for a call in the backlog, unless one is on its
+        way or none sleeps (a thread that just finished a call looks at the backlog first)."""
+        if self._sleeping and not self._waking:
             self._waking += 1
-            return self._idle.popleft().wake.release
-        if self._started < self._size:
-            self._waking += 1
-            self._started += 1
-            self._named += 1  # names stay unique when threads that lingered have ended
-            name = f"{self._name}-{self._named - 1}"
-            return threading.Thread(target=self._work, name=name, daemon=True).start
+            return self._sleeping.popleft().wake.release
         return None
 
-    def _next(self, mailbox: _Idle, woken: bool) -> _Call | None:
+    def _next(self, mailbox: _Idle) -> _Call | None:
         """The next call; None to end: at close, or after `linger` seconds without one while
-        more than `keep` threads are started."""
+        more than `keep` threads are started and one idle thread can be spared (an idle thread
+        is a promise to some submit; one that gives its promise back may end)."""
+        woken = False
         while True:
             with self._lock:
                 if woken:
                     self._waking -= 1
-                    woken = False
                 if self._closed:
                     self._started -= 1
                     return None
                 if self._backlog:
                     call = self._backlog.popleft()
-                    wake = self._wake_one() if self._backlog and not self._waking else None
+                    wake = self._wake_sleeper() if self._backlog else None
                     break
-                self._idle.append(mailbox)
+                self._sleeping.append(mailbox)
             while not mailbox.wake.acquire(timeout=self._linger):
                 with self._lock:
-                    if mailbox in self._idle and self._started > self._keep:
-                        self._idle.remove(mailbox)
+                    if mailbox in self._sleeping and self._started > self._keep and self._idle > 0:
+                        self._sleeping.remove(mailbox)
+                        self._idle -= 1
                         self._started -= 1
                         return None
-                # kept, or taken off the stack by someone about to wake it
+                # kept, or taken off the sleepers by someone about to wake it
             woken = True
         if wake is not None:
             wake()
@@ -132,9 +142,8 @@ class Workers:
 
     def _work(self) -> None:
         mailbox = _Idle()
-        woken = True  # started for a call: counted as on its way
-        while (call := self._next(mailbox, woken)) is not None:
-            woken = False
+        lock = self._lock
+        while (call := self._next(mailbox)) is not None:
             fn, args = call
             try:
                 fn(*args)
@@ -146,6 +155,8 @@ class Workers:
                     error=f"{type(e).__name__}: {e}",
                 )
             del call, fn, args  # hold nothing of the call while waiting for the next one
+            with lock:
+                self._idle += 1
 
     def close(self) -> None:
         """No new calls; calls not yet started are dropped (their connections are closed by
@@ -153,7 +164,7 @@ class Workers:
         with self._lock:
             self._closed = True
             self._backlog.clear()
-            idle, self._idle = self._idle, collections.deque()
-            self._waking += len(idle)
-        for mailbox in idle:
+            sleeping, self._sleeping = self._sleeping, collections.deque()
+            self._waking += len(sleeping)
+        for mailbox in sleeping:
             mailbox.wake.release()

@@ -59,7 +59,7 @@ def test_calls_one_after_another_reuse_one_thread() -> None:
         done.clear()
         w.submit(done.set)
         assert done.wait(5)
-        settle(lambda: len(w._idle) == 1)  # the worker is back for the next call
+        settle(lambda: len(w._sleeping) == 1)  # the worker is back for the next call
     assert len(threads("grpc-reuse")) == 1
     w.close()
 
@@ -86,7 +86,7 @@ def test_a_call_wakes_only_the_thread_that_runs_it() -> None:
 
     for _ in range(8):
         w.submit(burst_call)
-    settle(lambda: len(w._idle) == 8)
+    settle(lambda: len(w._sleeping) == 8)
     time.sleep(0.05)  # each is asleep by now
     before = {t: _switches(t) for t in tids}
     ran: list[int] = []
@@ -101,7 +101,7 @@ def test_a_call_wakes_only_the_thread_that_runs_it() -> None:
         w.submit(call)
         assert done.wait(5)
         time.sleep(0.002)  # the kubelet's next call comes after the worker went back to sleep
-    settle(lambda: len(w._idle) == 8)
+    settle(lambda: len(w._sleeping) == 8)
     after = {t: _switches(t) for t in tids}
     calls = {t: ran.count(t) for t in tids}
     assert sum(calls.values()) == 100
