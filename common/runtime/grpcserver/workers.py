@@ -46,7 +46,7 @@ KEEP = 8  # threads that wait for calls however long it takes
 LINGER = 30.0  # seconds a thread beyond KEEP waits for a call before it ends
 
 
-class _Idle:
+class _Sleeper:
     """A sleeping thread's wake-up: held while the thread sleeps; whoever takes the thread off
     the sleepers releases it."""
 
@@ -70,7 +70,7 @@ class Workers:
         self._log = log
         self._lock = threading.Lock()
         self._backlog: collections.deque[_Call] = collections.deque()  # calls no thread took yet
-        self._sleeping: collections.deque[_Idle] = collections.deque()  # longest asleep first
+        self._sleeping: collections.deque[_Sleeper] = collections.deque()  # longest asleep first
         self._started = 0  # threads running, never more than `size`
         self._named = 0  # threads ever started
         # Threads that finished a call and will take the next one (asleep, or about to look at
@@ -110,11 +110,11 @@ class Workers:
             return self._sleeping.popleft().wake.release
         return None
 
-    def _next(self, mailbox: _Idle) -> _Call | None:
+    def _next(self, me: _Sleeper) -> _Call | None:
         """The next call; None to end: at close, or after `linger` seconds without one while
         more than `keep` threads are started and one idle thread can be spared (an idle thread
         is a promise to some submit; one that gives its promise back may end)."""
-        woken = False
+        woken = False  # from the second pass on: woken by whoever took `me` off the sleepers
         while True:
             with self._lock:
                 if woken:
@@ -126,11 +126,11 @@ class Workers:
                     call = self._backlog.popleft()
                     wake = self._wake_sleeper() if self._backlog else None
                     break
-                self._sleeping.append(mailbox)
-            while not mailbox.wake.acquire(timeout=self._linger):
+                self._sleeping.append(me)
+            while not me.wake.acquire(timeout=self._linger):
                 with self._lock:
-                    if mailbox in self._sleeping and self._started > self._keep and self._idle > 0:
-                        self._sleeping.remove(mailbox)
+                    if me in self._sleeping and self._started > self._keep and self._idle > 0:
+                        self._sleeping.remove(me)
                         self._idle -= 1
                         self._started -= 1
                         return None
@@ -141,9 +141,9 @@ class Workers:
         return call
 
     def _work(self) -> None:
-        mailbox = _Idle()
+        me = _Sleeper()
         lock = self._lock
-        while (call := self._next(mailbox)) is not None:
+        while (call := self._next(me)) is not None:
             fn, args = call
             try:
                 fn(*args)
@@ -166,5 +166,5 @@ class Workers:
             self._backlog.clear()
             sleeping, self._sleeping = self._sleeping, collections.deque()
             self._waking += len(sleeping)
-        for mailbox in sleeping:
-            mailbox.wake.release()
+        for sleeper in sleeping:
+            sleeper.wake.release()
