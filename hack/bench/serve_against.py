@@ -27,7 +27,6 @@ import argparse
 import importlib.util
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -76,6 +75,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import kubernetes.client as k8s
+    from topodra.common.synth import build, load_spec
 
     from tests.controlplane.cluster import running_control_plane
 
@@ -92,21 +92,7 @@ def main() -> None:
         cp.create_node(bp.NODE)
         kubeconfig = cp.driver_kubeconfig("cpu", bp.NODE)
         sysfs = Path(tmp) / "sys"
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "topodra.drivers.cli.main",
-                "synth",
-                "--spec",
-                bp.SYNTH_CPU,
-                "--dest",
-                str(sysfs),
-            ],
-            check=True,
-            capture_output=True,
-            cwd=REPO,
-        )
+        build(load_spec(bp.SYNTH_CPU), sysfs)
         claims = bp.create_claims(cp, bp.CPU_DRIVER, bp.serve_cpu_devices(sysfs), 64, "c")
         token = (cp.server, cp.driver_token("cpu", bp.NODE), cp.ca_file)
 
