@@ -204,6 +204,39 @@ def test_the_server_logs_what_a_call_raises_outside_its_handler(caplog: pytest.L
     server.stop(grace=0)
 
 
+def test_calls_from_many_threads_each_run_once_while_threads_linger_out_and_start_again() -> None:
+    """Submits from 8 threads at once, calls of 0-1 ms, and a linger short enough that threads
+    end and start all through: every call runs exactly once (a wake lost between a sleeper's
+    timeout and a submit would leave calls in the backlog; a promise counted twice, a call run
+    by two threads)."""
+    w = Workers(16, "grpc-stress", logs.get(LOGGER), keep=2, linger=0.002)
+    ran: list[int] = []
+    all_ran = threading.Semaphore(0)
+
+    def call(i: int) -> None:
+        if i % 7 == 0:
+            time.sleep(0.001)
+        ran.append(i)
+        all_ran.release()
+
+    def submitter(base: int) -> None:
+        for i in range(base, base + 500):
+            w.submit(call, i)
+            if i % 50 == 0:
+                time.sleep(0.005)  # a lull: sleepers beyond `keep` time out meanwhile
+
+    subs = [threading.Thread(target=submitter, args=(k * 500,)) for k in range(8)]
+    for t in subs:
+        t.start()
+    for t in subs:
+        t.join(10)
+    for _ in range(4000):
+        assert all_ran.acquire(timeout=10), f"{len(ran)} of 4000 calls ran"
+    assert sorted(ran) == list(range(4000))
+    w.close()
+    settle(lambda: threads("grpc-stress") == [])
+
+
 def test_after_a_burst_the_threads_beyond_keep_end_and_a_new_burst_starts_them_again() -> None:
     w = Workers(6, "grpc-linger", logs.get(LOGGER), keep=2, linger=0.05)
 
