@@ -42,7 +42,7 @@ from kubernetes.dynamic import DynamicClient
 
 from tests.controlplane.binaries import REPO, Binaries, ensure_binaries
 from tests.controlplane.pki import ClusterPKI, KeyPair, make_cluster_pki
-from tests.controlplane.processes import Component, free_port, wait_until
+from tests.controlplane.processes import Component, ProcessDied, free_port, wait_until
 
 # Feature gates set on every component. In 1.37 all of these default to on; naming them keeps the
 # tier meaningful if a default changes, and fails loudly if a gate is renamed or removed.
@@ -208,15 +208,8 @@ class ControlPlane:
             health = f"http://127.0.0.1:{self.ports.etcd_client}/health"
             wait_until("etcd", lambda: b'"true"' in _get(health), timeout, alive=etcd.check_alive)
             self.start_apiserver(timeout)
-            self._components["kube-scheduler"].start()
-            self._components["kube-controller-manager"].start()
-            for name, port in (
-                ("kube-scheduler", self.ports.scheduler),
-                ("kube-controller-manager", self.ports.controller_manager),
-            ):
-                wait_until(
-                    name, partial(_healthy, f"https://127.0.0.1:{port}/healthz"), timeout, alive=self._alive
-                )
+            for name in ("kube-scheduler", "kube-controller-manager"):
+                self._start_on_a_free_port(name, timeout)
             # Pods need their namespace's default ServiceAccount, which the controller-manager makes.
             core = k8s.CoreV1Api(self.admin)
             wait_until(
@@ -229,6 +222,29 @@ class ControlPlane:
             self.stop()
             raise
         self.startup_seconds = time.monotonic() - began
+
+    def _start_on_a_free_port(self, name: str, timeout: float, tries: int = 3) -> None:
+        """The scheduler's and controller-manager's ports serve only their health checks. They
+        are picked when the plane is made, seconds before these start, and meanwhile a port the
+        kernel hands out to an outgoing connection can take one ("bind: address already in use",
+        seen once in a CI run): then a new port is picked and the component started again."""
+        field = {"kube-scheduler": "scheduler", "kube-controller-manager": "controller_manager"}[name]
+        for attempt in range(tries):
+            comp = self._components[name]
+            comp.start()
+            port = getattr(self.ports, field)
+            try:
+                wait_until(
+                    name, partial(_healthy, f"https://127.0.0.1:{port}/healthz"), timeout, alive=self._alive
+                )
+                return
+            except ProcessDied:
+                if attempt == tries - 1 or "address already in use" not in comp.tail(5):
+                    raise
+            comp.stop(grace=0.0)
+            self.ports = dataclasses.replace(self.ports, **{field: free_port()})
+            argv = self._scheduler_argv() if name == "kube-scheduler" else self._kcm_argv()
+            self._components[name] = self._component(name, argv)
 
     def stop(self) -> None:
         """Stops every component (newest first); safe to call twice."""

@@ -7,10 +7,13 @@ prove the scheduler path independently of our drivers.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import socket
 import urllib.request
 from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client as k8s
@@ -18,6 +21,7 @@ import pytest
 import urllib3
 from kubernetes.dynamic import DynamicClient
 
+from tests.controlplane.binaries import ensure_binaries
 from tests.controlplane.cluster import FEATURE_GATES, ControlPlane, api_resource, unique_name
 from tests.controlplane.objects import device_class_body, eventually, pod_body, slice_body
 from tests.kit.claims import claim_body
@@ -205,3 +209,23 @@ def test_apiserver_restart_keeps_state_and_port(control_plane: ControlPlane, cra
     assert control_plane.running() == dict.fromkeys(
         ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"), True
     )
+
+
+def test_a_component_whose_port_was_taken_meanwhile_starts_on_another(tmp_path: Path) -> None:
+    """The ports are picked when the plane is made, seconds before the scheduler and the
+    controller-manager start; one CI run lost its controller-manager to a port taken meanwhile
+    ("bind: address already in use"). Here the port is taken on purpose, and held."""
+    binaries = ensure_binaries(echo=False)
+    cp = ControlPlane(tmp_path / "cp", binaries)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        cp.ports = dataclasses.replace(cp.ports, controller_manager=port)
+        try:
+            cp.start()
+            assert cp.ports.controller_manager != port
+            assert cp.running()["kube-controller-manager"]
+            assert "address already in use" in (cp.log_dir / "kube-controller-manager.log").read_text()
+        finally:
+            cp.stop()
