@@ -110,13 +110,18 @@ class Workers:
             return self._sleeping.popleft().wake.release
         return None
 
-    def _next(self, me: _Sleeper) -> _Call | None:
+    def _next(self, me: _Sleeper, finished: bool) -> _Call | None:
         """The next call; None to end: at close, or after `linger` seconds without one while
         more than `keep` threads are started and one idle thread can be spared (an idle thread
-        is a promise to some submit; one that gives its promise back may end)."""
+        is a promise to some submit; one that gives its promise back may end). `finished`: the
+        thread just ran a call and becomes such a promise (under the same lock as the look at
+        the backlog: one lock taken per call, not two)."""
         woken = False  # from the second pass on: woken by whoever took `me` off the sleepers
         while True:
             with self._lock:
+                if finished:
+                    self._idle += 1
+                    finished = False
                 if woken:
                     self._waking -= 1
                 if self._closed:
@@ -142,8 +147,9 @@ class Workers:
 
     def _work(self) -> None:
         me = _Sleeper()
-        lock = self._lock
-        while (call := self._next(me)) is not None:
+        finished = False  # started for a call of a submit: no promise to give
+        while (call := self._next(me, finished)) is not None:
+            finished = True
             fn, args = call
             try:
                 fn(*args)
@@ -155,8 +161,6 @@ class Workers:
                     error=f"{type(e).__name__}: {e}",
                 )
             del call, fn, args  # hold nothing of the call while waiting for the next one
-            with lock:
-                self._idle += 1
 
     def close(self) -> None:
         """No new calls; calls not yet started are dropped (their connections are closed by
