@@ -75,15 +75,15 @@ class BenchDriver:
         pass
 
 
-def claim(ns: str, name: str, uid: str, device: str) -> dict[str, Any]:
+def claim(ns: str, name: str, uid: str, device: str, driver: str = DRIVER) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"namespace": ns, "name": name, "uid": uid},
-        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": DRIVER}}]}},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": driver}}]}},
         "status": {
             "allocation": {
-                "devices": {"results": [{"request": "r", "driver": DRIVER, "pool": NODE, "device": device}]}
+                "devices": {"results": [{"request": "r", "driver": driver, "pool": NODE, "device": device}]}
             }
         },
     }

@@ -2,10 +2,12 @@
 """CPU the claim core spends per prepare + unprepare of one claim, in process. Prints figures.
 
     python3 hack/bench/claim_core_cpu.py [--batch 64] [--rounds 30] [--runs 5] [--hold 0]
-                                         [--against REV]
+                                         [--driver bench|cpu] [--against REV]
 
 Each run is a fresh interpreter that makes a ClaimManager with hack/bench_claims.py's trivial
-driver (claims from memory, no GET cost; state in a temp folder, CDI specs in /dev/shm like
+driver, or with `--driver cpu` the CPU driver as `topodra serve cpu --cpu-device-granularity core
+--cpu-pinning none` runs it on the synthetic 256cpu tree (what bench-peer's `serve cpu` rows use),
+claims from memory (no GET cost; state in a temp folder, CDI specs in /dev/shm like
 /var/run/cdi), warms up, then times `time.process_time()` over `rounds` prepares and unprepares of
 `batch` claims per call (64 is what the kubelet's calls add up to under load, 1 a call at a time),
 with `hold` other claims prepared and kept meanwhile, and prints the CPU per claim pair. No gRPC,
@@ -37,16 +39,33 @@ from pathlib import Path
 sys.path.insert(0, {hack!r})
 import bench_claims as b
 from topodra.common.runtime.claims import ClaimManager
-batch_size, rounds, hold = {batch}, {rounds}, {hold}
+batch_size, rounds, hold, which = {batch}, {rounds}, {hold}, {driver!r}
 cdi_parent = "/dev/shm" if Path("/dev/shm").is_dir() else None
 with tempfile.TemporaryDirectory(prefix="cc-") as tmp, \\
         tempfile.TemporaryDirectory(prefix="cc-cdi-", dir=cdi_parent) as cdi:
+    if which == "cpu":
+        from topodra.common.synth import build, load_spec
+        from topodra.common.topology import discover
+        from topodra.drivers.cpu.driver import CpuDriver
+        from topodra.drivers.cpu.options import CpuOptions
+        build(load_spec("256cpu"), Path(tmp) / "sys")
+        driver = CpuDriver(
+            discover(Path(tmp) / "sys"), CpuOptions(granularity="core", pinning="none"), Path(tmp) / "sys"
+        )
+        devices = [d.name for d in driver.scan().devices]
+        if len(devices) < 64 + hold:
+            sys.exit(f"the 256cpu tree has {{len(devices)}} core devices: at most {{len(devices) - 64}} held")
+    else:
+        driver = b.BenchDriver(64 + hold)
+        devices = [f"dev-{{i}}" for i in range(64 + hold)]
     src = b.MemorySource()
-    m = ClaimManager.create(b.BenchDriver(64 + hold), b.NODE, src, Path(tmp) / "state", Path(cdi))
+    m = ClaimManager.create(driver, b.NODE, src, Path(tmp) / "state", Path(cdi))
     m.start()
-    refs = [src.put(b.claim("bench", f"b{{i}}", str(uuid.uuid4()), f"dev-{{i}}")) for i in range(64)]
+    def claim(name, device):
+        return src.put(b.claim("bench", name, str(uuid.uuid4()), device, driver.name))
+    refs = [claim(f"b{{i}}", devices[i]) for i in range(64)]
     batches = [refs[i : i + batch_size] for i in range(0, 64, batch_size)]
-    kept = [src.put(b.claim("bench", f"h{{i}}", str(uuid.uuid4()), f"dev-{{64 + i}}")) for i in range(hold)]
+    kept = [claim(f"h{{i}}", devices[64 + i]) for i in range(hold)]
     for i in range(0, hold, 64):
         assert not any(o.error for o in m.prepare(kept[i : i + 64]).values())
     def cycle():
@@ -118,15 +137,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30, help="timed rounds of 64 claims per run")
     ap.add_argument("--runs", type=int, default=5, help="fresh processes per side")
     ap.add_argument("--hold", type=int, default=0, help="claims prepared first and kept during the runs")
+    ap.add_argument(
+        "--driver", choices=("bench", "cpu"), default="bench", help="the trivial driver or the CPU driver"
+    )
     ap.add_argument("--against", metavar="REV", help="also run this commit's claim core, interleaved")
     args = ap.parse_args()
     if 64 % args.batch:
         ap.error("--batch must divide 64")
-    code = CHILD.format(hack=str(REPO / "hack"), batch=args.batch, rounds=args.rounds, hold=args.hold)
+    code = CHILD.format(
+        hack=str(REPO / "hack"), batch=args.batch, rounds=args.rounds, hold=args.hold, driver=args.driver
+    )
     seen, loads = alternate(args.against, args.runs, lambda path: run_code(path, code))
     print(
-        f"claim core CPU per prepare+unprepare, {args.batch} claims per call, {args.hold} claims held, "
-        f"{args.runs} runs per side"
+        f"claim core CPU per prepare+unprepare, {args.driver} driver, {args.batch} claims per call, "
+        f"{args.hold} claims held, {args.runs} runs per side"
     )
     report(seen, args.against, "ms", 3)
     print(f"  load average (1 min) during the runs: {min(loads):.2f}-{max(loads):.2f}")
