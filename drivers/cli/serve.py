@@ -8,6 +8,7 @@ CDI kind and ResourceSlices. Exit status: 0 after a signal, 2 for bad flags or c
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,10 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # A crash below Python (a C extension, the allocator's "double free", SIGSEGV, SIGABRT) would
+    # otherwise end a privileged node agent with no line saying where: with this, stderr (the
+    # container's log, `kubectl logs --previous`) gets every thread's stack first.
+    faulthandler.enable()
     logs.setup(args.log_level.upper())
     log = logs.get(__name__)
     if not args.node_name:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -117,3 +118,38 @@ def test_an_unreachable_api_server_is_logged_by_our_retry_layer_only(tmp_path: P
 
     assert loader.new_api_client(str(kubeconfig)).configuration.retries == 0
     shutil.rmtree(kubelet, ignore_errors=True)
+
+
+def test_a_crash_below_python_leaves_every_threads_stack_in_the_log(tmp_path: Path) -> None:
+    """A fatal signal (what glibc's abort on a double free, or a segfault in a C extension, ends
+    the process with) prints the Python stack of every thread to stderr before the process dies,
+    so the container's previous log says where it happened. Without faulthandler it dies silent."""
+    from topodra.common.synth import build, load_spec
+
+    root = tmp_path / "machine"
+    build(load_spec("1s-4acc"), root, force=True)
+    kubeconfig = write_kubeconfig(tmp_path, insecure=True)
+    environ = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "POD_UID", "PYTHONFAULTHANDLER")}
+    kubelet = Path(tempfile.mkdtemp(prefix="ux-", dir="/tmp"))  # socket paths must stay short
+    argv = [sys.executable, "-m", "topodra.drivers.cli.main", "serve", "cpu", "--node-name", "n1"]
+    argv += ["--sysfs-root", str(root), "--kubelet-root-dir", str(kubelet), "--no-publish"]
+    argv += ["--cdi-root", str(tmp_path / "cdi"), "--cpu-hook-dir", str(tmp_path / "hooks")]
+    argv += ["--kubeconfig", str(kubeconfig), "--cpu-pinning", "none"]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=environ)
+    try:
+        registration = kubelet / "plugins_registry" / "cpu.topodra.io-reg.sock"
+        deadline = time.monotonic() + 60
+        while not registration.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert registration.exists(), "the plugin did not serve"
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        shutil.rmtree(kubelet, ignore_errors=True)
+    assert proc.returncode == -signal.SIGABRT
+    assert "Fatal Python error: Aborted" in err, err[-3000:]
+    assert "Current thread" in err and "serve_all" in err, err[-3000:]  # the main thread, waiting
+    assert err.count("Thread 0x") >= 2, err[-3000:]  # and the others: the gRPC server's at least
