@@ -104,6 +104,10 @@ class Getter:
             raise ValueError(f"API server URL {configuration.host!r} is not http(s)://host[:port]")
         self._cfg = configuration
         self._host = url.hostname
+        # An ASCII name (an IP address, as in-cluster, or a plain DNS name) goes to getaddrinfo
+        # and TLS as bytes: as text, both encode it with the "idna" codec, whose first use loads
+        # encodings.idna, stringprep and unicodedata (0.3 MiB resident, for nothing).
+        self._connect_host: str | bytes = self._host.encode("ascii") if self._host.isascii() else self._host
         self._port = url.port or (443 if url.scheme == "https" else 80)
         self._prefix = url.path.rstrip("/")
         if not _TARGET.fullmatch(self._prefix + "/"):
@@ -184,11 +188,12 @@ class Getter:
             return self._idle.pop() if self._idle else None
 
     def _connect(self, timeout: float) -> _Conn:
-        sock = socket.create_connection((self._host, self._port), timeout)
+        # typeshed says str; create_connection hands the host to getaddrinfo, which takes bytes
+        sock = socket.create_connection((self._connect_host, self._port), timeout)  # type: ignore[arg-type]
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._context is not None:
-                sock = self._context.wrap_socket(sock, server_hostname=self._host)
+                sock = self._context.wrap_socket(sock, server_hostname=self._connect_host)
         except BaseException:
             sock.close()
             raise

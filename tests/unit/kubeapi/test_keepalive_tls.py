@@ -12,6 +12,8 @@ from __future__ import annotations
 import shutil
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -196,3 +198,31 @@ def test_a_tls_server_that_answers_late_times_out_at_the_deadline(
     with pytest.raises(TimeoutError):
         getter.get("/late", timeout=0.3)
     assert 0.25 <= time.monotonic() - started < 2.0
+
+
+def test_an_ascii_host_is_reached_without_the_idna_codec(
+    pki: ClusterPKI, tls: Callable[..., TlsServer]
+) -> None:
+    """getaddrinfo and TLS get an ASCII host (an IP address as in-cluster, or a plain name) as
+    bytes: as text, both would run the "idna" codec, whose first use loads encodings.idna,
+    stringprep and unicodedata for the life of every driver process (0.2-0.3 MiB resident).
+    The names are still checked against the certificate (the tests above). A fresh interpreter,
+    since this one may have loaded the codec already."""
+    srv = tls()
+    code = (
+        # the client as a driver loads it (the whole `kubernetes` package would load the codec)
+        "import sys; from topodra.common.kubeapi import keepalive, loader\n"
+        "for host in sys.argv[2:]:\n"
+        "    cfg = loader.load().Configuration(host=f'https://{host}:' + sys.argv[1])\n"
+        f"    cfg.ssl_ca_cert = {str(pki.ca.cert)!r}\n"
+        "    assert keepalive.Getter(cfg).get('/x', timeout=5).status == 200\n"
+        "print(sorted(m for m in ('encodings.idna', 'stringprep', 'unicodedata') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(srv.port), "127.0.0.1", "localhost"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
