@@ -62,6 +62,24 @@ def bench_peer() -> Any:
     return module
 
 
+def serve_cpu_world(
+    bp: Any, cp: Any, tmp: Path, n: int
+) -> tuple[Path, Path, list[Any], tuple[str, str, Path]]:
+    """What bench-peer's `serve cpu` rows run on, made in control plane `cp`: its namespace and
+    node, the synthetic 256-CPU sysfs under `tmp`, `n` allocated claims, and the driver's
+    node-bound token: (kubeconfig, sysfs, claims, (API server, token, CA file))."""
+    import kubernetes.client as k8s
+    from topodra.common.synth import build, load_spec
+
+    k8s.CoreV1Api(cp.api_client()).create_namespace({"metadata": {"name": bp.NAMESPACE}})
+    cp.create_node(bp.NODE)
+    kubeconfig = cp.driver_kubeconfig("cpu", bp.NODE)
+    sysfs = tmp / "sys"
+    build(load_spec(bp.SYNTH_CPU), sysfs)
+    claims = bp.create_claims(cp, bp.CPU_DRIVER, bp.serve_cpu_devices(sysfs), n, "c")
+    return kubeconfig, sysfs, claims, (cp.server, cp.driver_token("cpu", bp.NODE), cp.ca_file)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -74,9 +92,6 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=8, help="phases of each kind per side")
     args = ap.parse_args()
 
-    import kubernetes.client as k8s
-    from topodra.common.synth import build, load_spec
-
     from tests.controlplane.cluster import running_control_plane
 
     bp = bench_peer()
@@ -88,13 +103,7 @@ def main() -> None:
             into.mkdir()
             paths[rev] = export(rev, into)
         paths["this tree"] = None
-        k8s.CoreV1Api(cp.api_client()).create_namespace({"metadata": {"name": bp.NAMESPACE}})
-        cp.create_node(bp.NODE)
-        kubeconfig = cp.driver_kubeconfig("cpu", bp.NODE)
-        sysfs = Path(tmp) / "sys"
-        build(load_spec(bp.SYNTH_CPU), sysfs)
-        claims = bp.create_claims(cp, bp.CPU_DRIVER, bp.serve_cpu_devices(sysfs), 64, "c")
-        token = (cp.server, cp.driver_token("cpu", bp.NODE), cp.ca_file)
+        kubeconfig, sysfs, claims, token = serve_cpu_world(bp, cp, Path(tmp), 64)
 
         def starter(path: Path | None) -> Callable[[Path], Any]:
             env = dict(os.environ) | bp.driver_env("cpu")

@@ -74,22 +74,14 @@ def main() -> None:
     ap.add_argument("--wait", type=float, default=35.0, help="idle seconds after the warm-up")
     args = ap.parse_args()
 
-    import kubernetes.client as k8s
-    from serve_against import bench_peer
-    from topodra.common.synth import build, load_spec
+    from serve_against import bench_peer, serve_cpu_world
 
     from tests.controlplane.cluster import running_control_plane
 
     bp = bench_peer()
     client = bp.build("hack/bench/kubelet/build.sh")
     with tempfile.TemporaryDirectory(prefix="serve-rss-") as tmp, running_control_plane() as cp:
-        k8s.CoreV1Api(cp.api_client()).create_namespace({"metadata": {"name": bp.NAMESPACE}})
-        cp.create_node(bp.NODE)
-        kubeconfig = cp.driver_kubeconfig("cpu", bp.NODE)
-        sysfs = Path(tmp) / "sys"
-        build(load_spec(bp.SYNTH_CPU), sysfs)
-        claims = bp.create_claims(cp, bp.CPU_DRIVER, bp.serve_cpu_devices(sysfs), 150, "c")
-        token = (cp.server, cp.driver_token("cpu", bp.NODE), cp.ca_file)
+        kubeconfig, sysfs, claims, token = serve_cpu_world(bp, cp, Path(tmp), 150)
         env = dict(os.environ) | bp.driver_env("cpu")
         print(f"load average at start: {os.getloadavg()[0]:.2f}")
         with bp.service_account_mount_point(True) as in_cluster:
