@@ -82,8 +82,10 @@ class _ProtobufGetter(keepalive.Getter):
 
     def _fields(self, fresh: bool) -> bytes:
         fields = super()._fields(fresh)
-        protobuf = b"Accept: application/vnd.kubernetes.protobuf\r\n"
-        return fields.replace(b"Accept: application/json\r\n", protobuf)
+        json_field = b"Accept: application/json\r\n"
+        if json_field not in fields:  # else this side would ask for JSON too, and say nothing
+            raise SystemExit("keepalive.Getter no longer sends 'Accept: application/json'")
+        return fields.replace(json_field, b"Accept: application/vnd.kubernetes.protobuf\r\n")
 
 
 def threaded_round(getter: Any, paths: list[str], threads: int) -> None:

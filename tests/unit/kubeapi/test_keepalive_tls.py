@@ -205,7 +205,8 @@ def test_an_ascii_host_is_reached_without_the_idna_codec(
 ) -> None:
     """getaddrinfo and TLS get an ASCII host (an IP address as in-cluster, or a plain name) as
     bytes: as text, both would run the "idna" codec, whose first use loads encodings.idna,
-    stringprep and unicodedata for the life of every driver process (0.2-0.3 MiB resident).
+    stringprep and unicodedata for the life of every driver process (about 0.2 MiB resident,
+    docs/bench/latest.md).
     The names are still checked against the certificate (the tests above). A fresh interpreter,
     since this one may have loaded the codec already."""
     srv = tls()

@@ -80,20 +80,29 @@ def test_unknown_kind_is_refused_by_the_parser() -> None:
     assert result.returncode == 2 and "invalid choice" in result.stderr
 
 
-def test_an_unreachable_api_server_is_logged_by_our_retry_layer_only(tmp_path: Path) -> None:
-    """One retry layer: urllib3 neither retries under ours nor logs its own 'Retrying (Retry(...))'
-    warnings, and `api_reachable` is not claimed true when no call was made."""
+def serve_cpu_command(tmp_path: Path, *extra: str) -> tuple[list[str], dict[str, str], Path, Path]:
+    """`topodra serve cpu` on a synthetic machine with a kubeconfig for an API server that does
+    not answer: (argv, environment, kubelet root folder, kubeconfig). The kubelet folder is made
+    under /tmp (socket paths must stay short); the caller removes it."""
     from topodra.common.synth import build, load_spec
 
     root = tmp_path / "machine"
     build(load_spec("1s-4acc"), root, force=True)
     kubeconfig = write_kubeconfig(tmp_path, insecure=True)
-    environ = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "POD_UID")}
+    skip = ("NODE_NAME", "POD_UID", "PYTHONFAULTHANDLER")
+    environ = {k: v for k, v in os.environ.items() if k not in skip}
+    kubelet = Path(tempfile.mkdtemp(prefix="ux-", dir="/tmp"))
     argv = [sys.executable, "-m", "topodra.drivers.cli.main", "serve", "cpu", "--node-name", "n1"]
-    kubelet = Path(tempfile.mkdtemp(prefix="ux-", dir="/tmp"))  # socket paths must stay short
     argv += ["--sysfs-root", str(root), "--kubelet-root-dir", str(kubelet)]
     argv += ["--cdi-root", str(tmp_path / "cdi"), "--cpu-hook-dir", str(tmp_path / "hooks")]
-    argv += ["--kubeconfig", str(kubeconfig)]
+    argv += ["--kubeconfig", str(kubeconfig), *extra]
+    return argv, environ, kubelet, kubeconfig
+
+
+def test_an_unreachable_api_server_is_logged_by_our_retry_layer_only(tmp_path: Path) -> None:
+    """One retry layer: urllib3 neither retries under ours nor logs its own 'Retrying (Retry(...))'
+    warnings, and `api_reachable` is not claimed true when no call was made."""
+    argv, environ, kubelet, kubeconfig = serve_cpu_command(tmp_path)
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=environ)
     assert proc.stderr is not None
     seen: list[str] = []
@@ -123,18 +132,9 @@ def test_an_unreachable_api_server_is_logged_by_our_retry_layer_only(tmp_path: P
 def test_a_crash_below_python_leaves_every_threads_stack_in_the_log(tmp_path: Path) -> None:
     """A fatal signal (what glibc's abort on a double free, or a segfault in a C extension, ends
     the process with) prints the Python stack of every thread to stderr before the process dies,
-    so the container's previous log says where it happened. Without faulthandler it dies silent."""
-    from topodra.common.synth import build, load_spec
-
-    root = tmp_path / "machine"
-    build(load_spec("1s-4acc"), root, force=True)
-    kubeconfig = write_kubeconfig(tmp_path, insecure=True)
-    environ = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "POD_UID", "PYTHONFAULTHANDLER")}
-    kubelet = Path(tempfile.mkdtemp(prefix="ux-", dir="/tmp"))  # socket paths must stay short
-    argv = [sys.executable, "-m", "topodra.drivers.cli.main", "serve", "cpu", "--node-name", "n1"]
-    argv += ["--sysfs-root", str(root), "--kubelet-root-dir", str(kubelet), "--no-publish"]
-    argv += ["--cdi-root", str(tmp_path / "cdi"), "--cpu-hook-dir", str(tmp_path / "hooks")]
-    argv += ["--kubeconfig", str(kubeconfig), "--cpu-pinning", "none"]
+    so the container's previous log says where it happened. Without faulthandler it dies silent
+    (PYTHONFAULTHANDLER, which would enable it from outside, is not passed on)."""
+    argv, environ, kubelet, _ = serve_cpu_command(tmp_path, "--no-publish", "--cpu-pinning", "none")
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=environ)
     try:
         registration = kubelet / "plugins_registry" / "cpu.topodra.io-reg.sock"
