@@ -130,7 +130,10 @@ class ControlPlane:
         feature_gates: dict[str, bool] | None = None,
         verbosity: int = int(os.environ.get("TOPODRA_CP_VERBOSITY", "0")),
         node_support: NodeSupport | None = None,
+        profiling: bool = False,
     ) -> None:
+        """`profiling`: the API server serves /debug/pprof (off as in hardened clusters; the
+        benchmarks turn it on to ask it for a garbage collection: hack/bench/apiserver_gc.py)."""
         self.workdir = workdir
         self.binaries = binaries
         self.feature_gates = {**FEATURE_GATES, **(feature_gates or {})}
@@ -142,6 +145,7 @@ class ControlPlane:
         self.api_address = node_support.address if node_support is not None else "127.0.0.1"
         self.server = f"https://{self.api_address}:{self.ports.apiserver}"
         self._verbosity = verbosity
+        self._profiling = profiling
         self._pki: ClusterPKI | None = None
         self._components: dict[str, Component] = {}
         self._tokens: dict[tuple[str, str], str] = {}
@@ -339,7 +343,7 @@ class ControlPlane:
             "--allow-privileged=true",
             f"--runtime-config={RUNTIME_CONFIG}",
             f"--feature-gates={_feature_gate_flag(self.feature_gates)}",
-            "--profiling=false",
+            f"--profiling={'true' if self._profiling else 'false'}",
             f"--v={self._verbosity}",
             *self._kubelet_client_flags(),
         ]
@@ -699,6 +703,7 @@ def running_control_plane(
     driver_access: bool = True,
     keep_workdir: bool = False,
     feature_gates: dict[str, bool] | None = None,
+    profiling: bool = False,
 ) -> Iterator[ControlPlane]:
     """Builds (first time only), starts and finally stops a control plane, without pytest.
 
@@ -708,7 +713,7 @@ def running_control_plane(
     binaries = ensure_binaries(echo=True)
     own = workdir is None
     root = Path(tempfile.mkdtemp(prefix="topodra-cp-")) if workdir is None else workdir
-    cp = ControlPlane(root, binaries, feature_gates=feature_gates)
+    cp = ControlPlane(root, binaries, feature_gates=feature_gates, profiling=profiling)
     try:
         cp.start()
         if driver_access:

@@ -1,0 +1,53 @@
+"""Ask the benchmarks' kube-apiserver for a garbage collection, and wait until it is done.
+
+Why: in the benchmarks the API server shares the machine's two cores with the plugins it serves.
+Under a bench-peer run its Go collector ran every 1.5-6.7 s, each time for 41-252 ms of wall time
+and 82-202 ms of CPU (GODEBUG=gctrace=1, three runs): its mark workers take both cores, and
+whichever plugin is measured one call at a time meanwhile waits for one. In those three runs,
+traced call by call (docs/bench/latest.md), each of the three latency phases with a p99 above 5 ms
+overlapped such a collection, and 8 of their 11 calls over 4 ms started inside it. Which side that
+hits depends on where the earlier phases left the collector's cycle, not on the plugin; on a node
+the API server runs elsewhere. So each latency phase starts right after a collection, when the next
+one is furthest off (the heap has to grow back to twice what survived).
+
+The Go runtime collects on `GET /debug/pprof/heap?gc=1` before it writes the heap profile, and
+the answer comes once that collection is finished. That needs `--profiling=true`
+(tests/controlplane.cluster.ControlPlane's `profiling`), and the admin credentials.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+PATH = "/debug/pprof/heap?gc=1"
+
+
+def collect(server: str, ca: Path, cert: Path, key: Path, timeout: float = 30.0) -> float:
+    """One full collection in the API server at `server` (https URL); the seconds it took, the
+    answer included. Raises RuntimeError when the API server does not collect (profiling off:
+    404; not admin: 403)."""
+    url = urlsplit(server)
+    if url.scheme != "https" or not url.hostname:
+        raise ValueError(f"not an https URL of an API server: {server!r}")
+    context = ssl.create_default_context(cafile=str(ca))
+    context.load_cert_chain(str(cert), str(key))
+    conn = http.client.HTTPSConnection(url.hostname, url.port or 443, context=context, timeout=timeout)
+    started = time.perf_counter()
+    try:
+        conn.request("GET", PATH)
+        answer = conn.getresponse()
+        body = answer.read()
+    finally:
+        conn.close()
+    took = time.perf_counter() - started
+    if answer.status != 200:
+        text = body[:200].decode("utf-8", "replace")
+        raise RuntimeError(
+            f"the API server at {server} did not collect its garbage on GET {PATH}: "
+            f"HTTP {answer.status} {text!r} (is it run with --profiling=true?)"
+        )
+    return took
