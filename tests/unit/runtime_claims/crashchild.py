@@ -90,7 +90,7 @@ def run_trial(cfg: dict[str, Any]) -> NoReturn:
     log = os.open(cfg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     def emit(obj: dict[str, Any]) -> None:
-        os.write(log, (json.dumps(obj) + "\n").encode())  # one write: whole line or nothing
+        os.write(log, (json.dumps(obj) + "\n").encode())  # one write; a kill may cut it (Model.read_log)
 
     arm = _install_io_crash(cfg["crash_io"], cfg.get("crash_after", False)) if cfg.get("crash_io") else None
     m = build_manager(cfg)
