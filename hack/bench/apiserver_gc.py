@@ -4,11 +4,11 @@ Why: in the benchmarks the API server shares the machine's two cores with the pl
 Under a bench-peer run its Go collector ran every 1.5-6.7 s, each time for 41-252 ms of wall time
 and 82-202 ms of CPU (GODEBUG=gctrace=1, three runs): its mark workers take both cores, and
 whichever plugin is measured one call at a time meanwhile waits for one. In those three runs,
-traced call by call (docs/bench/latest.md), each of the three latency phases with a p99 above 5 ms
-overlapped such a collection, and 8 of their 11 calls over 4 ms started inside it. Which side that
-hits depends on where the earlier phases left the collector's cycle, not on the plugin; on a node
-the API server runs elsewhere. So each latency phase starts right after a collection, when the next
-one is furthest off (the heap has to grow back to twice what survived).
+traced call by call (docs/bench/latest.md), the three latency phases (of 36) that overlapped such a
+collection were the three with a p99 above 5 ms, and 8 of their 11 calls over 4 ms ran inside it.
+Which side that hits depends on where the earlier phases left the collector's cycle, not on the
+plugin; on a node the API server runs elsewhere. So each latency phase starts right after a
+collection, when the next one is furthest off (the heap has to grow back to twice what survived).
 
 The Go runtime collects on `GET /debug/pprof/heap?gc=1` before it writes the heap profile, and
 the answer comes once that collection is finished. That needs `--profiling=true`
