@@ -28,8 +28,7 @@ PATH = "/debug/pprof/heap?gc=1"
 
 def collect(server: str, ca: Path, cert: Path, key: Path, timeout: float = 30.0) -> float:
     """One full collection in the API server at `server` (https URL); the seconds it took, the
-    answer included. Raises RuntimeError when the API server does not collect (profiling off:
-    404; not admin: 403)."""
+    answer included. Raises RuntimeError for any answer but 200 (with profiling off: 404)."""
     url = urlsplit(server)
     if url.scheme != "https" or not url.hostname:
         raise ValueError(f"not an https URL of an API server: {server!r}")
