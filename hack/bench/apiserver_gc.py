@@ -12,41 +12,33 @@ collection, when the next one is furthest off (the heap has to grow back to twic
 
 The Go runtime collects on `GET /debug/pprof/heap?gc=1` before it writes the heap profile, and
 the answer comes once that collection is finished. That needs `--profiling=true`
-(tests/controlplane.cluster.ControlPlane's `profiling`), and the admin credentials.
+(tests/controlplane.cluster.ControlPlane's `profiling`), and the admin's TLS (its `admin_tls()`).
 """
 
 from __future__ import annotations
 
-import http.client
 import ssl
 import time
-from pathlib import Path
+import urllib.error
+import urllib.request
 from urllib.parse import urlsplit
 
 PATH = "/debug/pprof/heap?gc=1"
 
 
-def collect(server: str, ca: Path, cert: Path, key: Path, timeout: float = 30.0) -> float:
+def collect(server: str, context: ssl.SSLContext, timeout: float = 30.0) -> float:
     """One full collection in the API server at `server` (https URL); the seconds it took, the
     answer included. Raises RuntimeError for any answer but 200 (with profiling off: 404)."""
-    url = urlsplit(server)
-    if url.scheme != "https" or not url.hostname:
+    if urlsplit(server).scheme != "https":
         raise ValueError(f"not an https URL of an API server: {server!r}")
-    context = ssl.create_default_context(cafile=str(ca))
-    context.load_cert_chain(str(cert), str(key))
-    conn = http.client.HTTPSConnection(url.hostname, url.port or 443, context=context, timeout=timeout)
     started = time.perf_counter()
     try:
-        conn.request("GET", PATH)
-        answer = conn.getresponse()
-        body = answer.read()
-    finally:
-        conn.close()
-    took = time.perf_counter() - started
-    if answer.status != 200:
-        text = body[:200].decode("utf-8", "replace")
+        with urllib.request.urlopen(server + PATH, context=context, timeout=timeout) as answer:
+            answer.read()
+    except urllib.error.HTTPError as e:
+        text = e.read()[:200].decode("utf-8", "replace")
         raise RuntimeError(
             f"the API server at {server} did not collect its garbage on GET {PATH}: "
-            f"HTTP {answer.status} {text!r} (is it run with --profiling=true?)"
-        )
-    return took
+            f"HTTP {e.code} {text!r} (is it run with --profiling=true?)"
+        ) from None
+    return time.perf_counter() - started

@@ -269,7 +269,7 @@ class ControlPlane:
         """(Re)starts kube-apiserver on the same port with the same etcd and keys; waits for /readyz."""
         api = self._components["kube-apiserver"]
         api.start()
-        wait_until("kube-apiserver", lambda: _get(f"{self.server}/readyz", ctx=self._admin_tls()) == b"ok",
+        wait_until("kube-apiserver", lambda: _get(f"{self.server}/readyz", ctx=self.admin_tls()) == b"ok",
                    timeout, alive=api.check_alive)  # fmt: skip
 
     def running(self) -> dict[str, bool]:
@@ -431,7 +431,8 @@ class ControlPlane:
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         path.chmod(0o600)
 
-    def _admin_tls(self) -> ssl.SSLContext:
+    def admin_tls(self) -> ssl.SSLContext:
+        """TLS as the admin (system:masters), for raw HTTPS calls: /metrics, /debug/pprof."""
         return _tls_context(self.pki.ca.cert, self.pki.admin)
 
     # ----- API helpers -------------------------------------------------------------------------

@@ -74,7 +74,7 @@ def test_serves_resource_api_and_gates(control_plane: ControlPlane) -> None:
     }
 
     # The gates are on in the running apiserver, not just on its command line.
-    ctx = control_plane._admin_tls()
+    ctx = control_plane.admin_tls()
     with urllib.request.urlopen(f"{control_plane.server}/metrics", context=ctx, timeout=10) as resp:
         metrics = resp.read().decode()
     for gate in FEATURE_GATES:
