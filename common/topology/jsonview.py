@@ -130,6 +130,8 @@ def to_json(t: Topology) -> dict[str, Any]:
                 "rdma_devices": list(i.rdma_devices),
                 "sriov_role": i.sriov_role,
                 "virtual": i.is_virtual,
+                "master": i.master,
+                "uppers": list(i.uppers),
             }
             for i in t.net_interfaces
         ],

@@ -259,6 +259,11 @@ class NetInterface:
     is_virtual: bool  # under sys/devices/virtual
     ifindex: int | None = None
     sysfs_path: str = ""
+    # How it is stacked with other interfaces of the host (sysfs `master` and `upper_*` links):
+    # the bond, bridge, team, VRF or OVS datapath it is a port of, and the interfaces built on
+    # top of it (VLANs, macvlans, its master). The NIC driver withholds such an interface.
+    master: str | None = None
+    uppers: tuple[str, ...] = ()
 
 
 @record

@@ -61,6 +61,7 @@ def read_interfaces(
         speed = _int(r, f"{d}/speed", empty_ok=True)
         carrier = _int(r, f"{d}/carrier", empty_ok=True)
         fn = functions.get(pci) if pci else None
+        master, uppers = _stacking(r, d)
         out.append(
             NetInterface(
                 name=name,
@@ -75,9 +76,26 @@ def read_interfaces(
                 is_virtual=virtual,
                 ifindex=_int(r, f"{d}/ifindex"),
                 sysfs_path=d,
+                master=master,
+                uppers=uppers,
             )
         )
     return tuple(out)
+
+
+def _stacking(r: SysfsReader, d: str) -> tuple[str | None, tuple[str, ...]]:
+    """(master, uppers) from the links in the interface's folder: the kernel adds `master` to a
+    port and `upper_<name>` for each interface stacked on it, in the same namespace only."""
+    uppers = []
+    has_master = False
+    for e in r.scandir(d):
+        if e.name == "master":
+            has_master = True
+        elif e.name.startswith("upper_") and len(e.name) > len("upper_"):
+            uppers.append(e.name[len("upper_") :])
+    target = r.readlink(f"{d}/master") if has_master else None
+    master = target.rstrip("/").rpartition("/")[2] if target else None
+    return master or None, tuple(uppers)
 
 
 def read_rdma(r: SysfsReader, functions: dict[str, PciFunction]) -> tuple[RdmaDevice, ...]:

@@ -236,6 +236,26 @@ def test_net_interfaces_virtual_usb_and_plain_folders(tmp_path: Path) -> None:
     assert t.warnings == ()
 
 
+def test_net_interfaces_say_how_they_are_stacked(tmp_path: Path) -> None:
+    """`master` and `upper_*` links as the kernel writes them (relative, into
+    sys/devices/virtual/net): a bond port, a VLAN parent; the bond and the VLAN themselves have
+    only `lower_*` links, which say nothing new."""
+    tree = basic_machine(tmp_path, cpus=2)
+    port = tree.netdev(tree.pci("pci0000:00/0000:00:03.0"), "eno1")
+    parent = tree.netdev(tree.pci("pci0000:00/0000:00:03.1"), "eno2", mac="00:11:22:33:44:56")
+    bond, vlan = "sys/devices/virtual/net/bond0", "sys/devices/virtual/net/eno2.7"
+    for d in (bond, vlan):
+        tree.file(f"{d}/address", "00:11:22:33:44:55")
+        tree.link(f"sys/class/net/{d.rpartition('/')[2]}", d)
+    tree.link(f"{port}/master", bond).link(f"{port}/upper_bond0", bond).link(f"{bond}/lower_eno1", port)
+    tree.link(f"{parent}/upper_eno2.7", vlan).link(f"{vlan}/lower_eno2", parent)
+    nets = {i.name: i for i in discover(tmp_path).net_interfaces}
+    assert (nets["eno1"].master, nets["eno1"].uppers) == ("bond0", ("bond0",))
+    assert (nets["eno2"].master, nets["eno2"].uppers) == (None, ("eno2.7",))
+    assert (nets["bond0"].master, nets["bond0"].uppers) == (None, ())
+    assert (nets["eno2.7"].master, nets["eno2.7"].uppers) == (None, ())
+
+
 def test_rdma_devices_and_their_character_nodes(tmp_path: Path) -> None:
     tree = basic_machine(tmp_path, cpus=2)
     d = tree.pci("pci0000:00/0000:00:02.0/0000:03:00.0", class_="0x020700", vendor="0x15b3", numa="0")
