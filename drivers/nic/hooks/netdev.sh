@@ -28,6 +28,8 @@ PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
 LOG_MAX=${TOPODRA_HOOK_LOG_MAX:-1048576}
 MAX_IPS=16
+# where the host's sysfs is mounted; only tests point it elsewhere (a PCI NIC cannot be moved here)
+SYSFS=${TOPODRA_HOOK_SYSFS:-/sys}
 
 action=${1:-}
 [ $# -gt 0 ] && shift
@@ -107,6 +109,7 @@ case "$mac" in
 *) die "--mac must be a MAC address, got '$mac'" ;;
 esac
 case "$pci" in *[!0-9a-f:.]*) die "--pci must be a PCI address, got '$pci'" ;; esac
+case "$SYSFS" in /*) ;; *) die "TOPODRA_HOOK_SYSFS must be an absolute path, got '$SYSFS'" ;; esac
 if [ "$action" = attach ]; then
     check_ifname --host-name "$host"
     check_ifname --name "$name"
@@ -224,12 +227,14 @@ fi
 # 2. Where is it now? The host, by PCI address, MAC or name (the kernel renames a physical
 #    interface that comes back from a dead namespace when its name is taken).
 current=''
-if [ -n "$pci" ] && [ -d "/sys/bus/pci/devices/$pci/net" ]; then
-    for d in /sys/bus/pci/devices/"$pci"/net/*; do
+if [ -n "$pci" ] && [ -d "$SYSFS/bus/pci/devices/$pci/net" ]; then
+    set +f # the one glob of this script, over a folder the kernel fills
+    for d in "$SYSFS"/bus/pci/devices/"$pci"/net/*; do
         [ -e "$d" ] || continue
         current=${d##*/}
         break
     done
+    set -f
 fi
 if [ -z "$current" ] && [ -n "$mac" ]; then
     current=$(by_mac "$mac" env)

@@ -20,10 +20,12 @@ from topodra.drivers.nic.attach import Attachment, ReleaseError, Where, locate, 
 from tests.drivers.nic.conftest import Links, host_link, netns_links, process_in
 
 
-def run_hook(hook: Path, pid: int, *args: str) -> subprocess.CompletedProcess[str]:
+def run_hook(
+    hook: Path, pid: int, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     state = json.dumps({"ociVersion": "1.0.2", "id": "c", "status": "creating", "pid": pid, "bundle": "/x"})
     return subprocess.run(
-        ["/bin/sh", str(hook), *args], input=state, capture_output=True, text=True, timeout=30, env={}
+        ["/bin/sh", str(hook), *args], input=state, capture_output=True, text=True, timeout=30, env=env or {}
     )
 
 
@@ -184,6 +186,27 @@ def test_hook_leaves_the_interface_on_the_host_when_the_name_is_taken_inside(
     assert "already has an interface named net1" in out.stderr
     link = host_link(host)
     assert link is not None and link["address"] == mac
+
+
+def test_hook_finds_a_physical_interface_by_its_pci_address(links: Links, hook: Path, tmp_path: Path) -> None:
+    """The kernel renames a physical NIC that comes back from a dead namespace when its name is
+    taken; without a MAC to go by, the hook finds it under its PCI function. No PCI NIC can be
+    moved on this machine, so a veth stands in and a folder tree stands in for the host's
+    /sys/bus/pci (TOPODRA_HOOK_SYSFS, a seam only tests set)."""
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    now, peer = links.name("h7"), links.name("q7")
+    mac = links.veth(now, peer, peer_ns)
+    pci = "0000:04:00.0"
+    sysfs = tmp_path / "sys"
+    (sysfs / "bus/pci/devices" / pci / "net" / now).mkdir(parents=True)
+    state = tmp_path / "state"
+    links.track_mount(str(state / "netns" / "c1_dev"))
+    args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", links.name("old")]
+    with process_in(pod_ns) as pid:
+        seam = {"TOPODRA_HOOK_SYSFS": str(sysfs)}
+        out = run_hook(hook, pid, *args, "--name", "net1", "--pci", pci, env=seam)
+        assert out.returncode == 0, out.stderr
+    assert netns_links(pod_ns)["net1"]["address"] == mac
 
 
 def test_hook_follows_the_interface_into_a_recreated_sandbox(
