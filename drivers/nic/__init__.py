@@ -32,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also publish the interface(s) holding the default route or the node IP (and their ports)",
     )
     g.add_argument(
+        "--nic-allow-stacked",
+        action="store_true",
+        help="also publish interfaces stacked with others of the host: ports of a bond, bridge, team "
+        "or VRF, parents of VLANs or macvlans, bonds and bridges with ports (moving one breaks the other)",
+    )
+    g.add_argument(
         "--nic-include-virtual",
         action="store_true",
         help="also publish virtual interfaces (veth, macvlan, ...), named net-<ifname>",
@@ -112,6 +118,7 @@ def create(options: CommonOptions) -> NicDriver:
                 raise ValueError(f"$NODE_IP: {e}") from None
     selection = Selection(
         allow_uplink=bool(get("nic_allow_uplink", False)),
+        allow_stacked=bool(get("nic_allow_stacked", False)),
         include_virtual=bool(get("nic_include_virtual", False)),
         include_interfaces=tuple(get("nic_include_interfaces", ()) or ()),
         exclude_interfaces=tuple(get("nic_exclude_interfaces", ()) or ()),

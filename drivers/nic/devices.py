@@ -15,8 +15,9 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from topodra.common import pciattrs
 from topodra.common.device import AttributeValue, Device
@@ -44,6 +45,7 @@ class Selection:
     """What the operator allows to be published."""
 
     allow_uplink: bool = False
+    allow_stacked: bool = False  # ports of bonds/bridges, parents of VLANs (stacking_problem)
     include_virtual: bool = False
     include_interfaces: tuple[str, ...] = ()  # globs on interface names; empty: all
     exclude_interfaces: tuple[str, ...] = ()
@@ -244,39 +246,65 @@ def virtual_nic(iface: NetInterface) -> Nic:
     )
 
 
-def build_nics(topo: Topology, uplinks: frozenset[str], sel: Selection = Selection()) -> list[Nic]:
-    """Every NIC to publish, sorted by device name (stable slices across rescans)."""
+def stacking_problem(iface: NetInterface, ports: Mapping[str, Sequence[str]]) -> str | None:
+    """Why moving `iface` into a pod would break another interface of the host, or None.
+
+    Moving a netdev to another namespace unregisters it from this one: the kernel takes a port
+    out of its bond or bridge and deletes the VLANs and macvlans stacked on it, and it refuses
+    to move a bond or bridge at all. `ports` maps each master to its ports.
+    """
+    if iface.master is not None:
+        return f"interface {iface.name} is a port of {iface.master}"
+    if iface.uppers:
+        return f"interface {iface.name} carries {', '.join(sorted(iface.uppers))}"
+    if iface.name in ports:
+        return f"interface {iface.name} has ports ({', '.join(sorted(ports[iface.name]))})"
+    return None
+
+
+def _candidates(topo: Topology, sel: Selection) -> Iterator[tuple[list[NetInterface], Callable[[], Nic]]]:
+    """Every NIC the machine has, before any is left out: its netdevs and how to build it."""
     by_pci: dict[str, list[NetInterface]] = {}
     for iface in topo.net_interfaces:
         if iface.pci_address is not None and not iface.is_virtual:
             by_pci.setdefault(iface.pci_address, []).append(iface)
-
-    def excluded(names: Sequence[str]) -> bool:
-        if not sel.allow_uplink and any(n in uplinks for n in names):
-            return True
-        return not _selected(names, sel)
-
-    out: list[Nic] = []
     for fn in topo.pci_devices:
-        if not is_network_function(topo, fn):
-            continue
-        ifaces = by_pci.get(fn.address, [])
-        if excluded([i.name for i in ifaces]):
-            continue
-        out.append(pci_nic(topo, fn, ifaces))
+        if is_network_function(topo, fn):
+            ifaces = by_pci.get(fn.address, [])
+            yield ifaces, partial(pci_nic, topo, fn, ifaces)
     known = {p.address for p in topo.pci_devices}
     for address, ifaces in sorted(by_pci.items()):
-        if address in known or not _BDF.match(address):
-            continue
-        if excluded([i.name for i in ifaces]):
-            continue
-        out.append(orphan_nic(address, ifaces))
+        if address not in known and _BDF.match(address):
+            yield ifaces, partial(orphan_nic, address, ifaces)
     if sel.include_virtual:
         for iface in topo.net_interfaces:
-            if not iface.is_virtual or iface.name == "lo" or excluded([iface.name]):
-                continue
-            out.append(virtual_nic(iface))
-    out.sort(key=lambda n: n.name)
+            if iface.is_virtual and iface.name != "lo":
+                yield [iface], partial(virtual_nic, iface)
+
+
+def _withholding(
+    ifaces: Sequence[NetInterface],
+    uplinks: frozenset[str],
+    sel: Selection,
+    ports: Mapping[str, Sequence[str]],
+) -> str | None:
+    """Why a NIC with these netdevs is not published, or None."""
+    names = [i.name for i in ifaces]
+    up = [n for n in names if n in uplinks]
+    if up and not sel.allow_uplink:
+        return f"interface {up[0]} carries the node's own traffic (--nic-allow-uplink publishes it)"
+    if not _selected(names, sel):
+        return "left out by --nic-include-interfaces / --nic-exclude-interfaces"
+    if not sel.allow_stacked:
+        for i in ifaces:
+            problem = stacking_problem(i, ports)
+            if problem is not None:
+                return f"{problem} (--nic-allow-stacked publishes it)"
+    return None
+
+
+def _sorted_unique(nics: Iterable[Nic]) -> list[Nic]:
+    out = sorted(nics, key=lambda n: n.name)
     seen: set[str] = set()
     unique = []
     for n in out:  # two interfaces whose cleaned names collide: the hash already differs, but be sure
@@ -284,6 +312,36 @@ def build_nics(topo: Topology, uplinks: frozenset[str], sel: Selection = Selecti
             seen.add(n.name)
             unique.append(n)
     return unique
+
+
+def _ports(topo: Topology) -> dict[str, list[str]]:
+    ports: dict[str, list[str]] = {}
+    for i in topo.net_interfaces:
+        if i.master is not None:
+            ports.setdefault(i.master, []).append(i.name)
+    return ports
+
+
+def partition(
+    topo: Topology, uplinks: frozenset[str], sel: Selection = Selection()
+) -> tuple[list[Nic], dict[str, str]]:
+    """(every NIC to publish, sorted by device name for stable slices across rescans; every one
+    the machine has that is left out: device name -> why, for a claim's error and the log)."""
+    ports = _ports(topo)
+    published: list[Nic] = []
+    left_out: dict[str, str] = {}
+    for ifaces, make in _candidates(topo, sel):
+        why = _withholding(ifaces, uplinks, sel, ports)
+        if why is None:
+            published.append(make())
+        else:
+            left_out.setdefault(make().name, why)
+    return _sorted_unique(published), left_out
+
+
+def build_nics(topo: Topology, uplinks: frozenset[str], sel: Selection = Selection()) -> list[Nic]:
+    """Every NIC to publish (see `partition`)."""
+    return partition(topo, uplinks, sel)[0]
 
 
 def build_devices(topo: Topology, uplinks: frozenset[str], sel: Selection = Selection()) -> list[Device]:

@@ -42,7 +42,7 @@ from topodra.common.topology import discover
 from topodra.common.topology.model import Topology
 from topodra.drivers.nic import attach, config, edits, health, hookfiles
 from topodra.drivers.nic.attach import Attachment, ReleaseError
-from topodra.drivers.nic.devices import DRIVER, Nic, Selection, build_nics
+from topodra.drivers.nic.devices import DRIVER, Nic, Selection, partition
 from topodra.drivers.nic.pods import Held, PodWatch, prepared_entry
 
 MODES = ("hook", "cdi")
@@ -86,6 +86,7 @@ class NicDriver:
         self._discover = discover_fn
         self._lock = threading.RLock()
         self._nics: dict[str, Nic] | None = None  # as of the last look
+        self._withheld: dict[str, str] = {}  # device -> why it is not published, as of the last look
         self._held: dict[str, Held] = {}
         self._status: ClaimStatusWriter | None = None
         self._inventory: InventoryHandle | None = None
@@ -99,6 +100,8 @@ class NicDriver:
             sysfs_root=self.options.sysfs_root,
             subsystems=SUBSYSTEMS,
             listings=("sys/bus/pci/devices",),
+            # a port joining or leaving a bond or bridge sends no uevent: its `master` link changes
+            links=(("sys/class/net", "master"),),
             files=(("sys/class/net", _LINK_FILES),),
             interval=self.options.rescan_interval,
             taint_unhealthy=self.options.taint_unhealthy,
@@ -120,10 +123,17 @@ class NicDriver:
             if self.options.selection.allow_uplink
             else uplink.find_uplinks(self.options.sysfs_root, self.options.node_ips)
         )
-        nics = {n.name: n for n in build_nics(topo, uplinks, self.options.selection)}
-        if self._nics is None or set(nics) != set(self._nics):
-            self._log.info(f"discovered {len(nics)} NICs", devices=sorted(nics), uplinks=sorted(uplinks))
+        published, left_out = partition(topo, uplinks, self.options.selection)
+        nics = {n.name: n for n in published}
+        if self._nics is None or set(nics) != set(self._nics) or left_out != self._withheld:
+            self._log.info(
+                f"discovered {len(nics)} NICs, {len(left_out)} withheld",
+                devices=sorted(nics),
+                uplinks=sorted(uplinks),
+                withheld=left_out,
+            )
         self._nics = nics
+        self._withheld = left_out
         return nics
 
     def scan(self) -> Scan:
@@ -186,7 +196,9 @@ class NicDriver:
                         a.request,
                         a.pool,
                         a.device,
-                        edits.device_edits(a, n, o.state_dir, o.hook_dir),
+                        edits.device_edits(
+                            a, n, o.state_dir, o.hook_dir, allow_stacked=o.selection.allow_stacked
+                        ),
                         a.share_id,
                     )
                     for a, n in zip(atts, chosen, strict=True)
@@ -210,6 +222,9 @@ class NicDriver:
             )
         nic = nics.get(r.device)
         if nic is None:
+            why = self._withheld.get(r.device)
+            if why is not None:
+                raise PrepareError(f"{describe_claim(claim)}: device {r.device} is not handed out: {why}")
             raise PrepareError(f"{describe_claim(claim)}: device {r.device} is not on this node")
         cfg = config.for_request(claim, configs, r.request)
         return edits.attachment(claim, r, nic, cfg, self.options.netdev_mode, self.options.state_dir)

@@ -52,7 +52,9 @@ def attachment(
     )
 
 
-def device_edits(att: Attachment, nic: Nic, state_dir: Path, hook_dir: Path) -> ContainerEdits:
+def device_edits(
+    att: Attachment, nic: Nic, state_dir: Path, hook_dir: Path, *, allow_stacked: bool = False
+) -> ContainerEdits:
     token = env_token(att.device)
     env = [f"TOPODRA_NIC_{token}_INTERFACE={att.container_name}"] if att.container_name else []
     if nic.pci_address:
@@ -83,6 +85,8 @@ def device_edits(att: Attachment, nic: Nic, state_dir: Path, hook_dir: Path) -> 
             args += ["--ip", ip]
         if att.link_up:
             args.append("--up")
+        if allow_stacked:
+            args.append("--allow-stacked")
         hooks = (Hook("createRuntime", hook, tuple(args), timeout=HOOK_TIMEOUT),)
     elif att.mode == "cdi":
         nets = (NetDevice(att.host_name, att.container_name),)

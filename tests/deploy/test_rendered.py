@@ -169,6 +169,7 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
     "nic": {
         "metricsPort": 9502,
         "allowUplink": True,
+        "allowStacked": True,
         "includeVirtual": True,
         "nodeIPs": ["192.0.2.10", "2001:db8::10"],
         "includeInterfaces": ["ens*", "ib*"],
@@ -214,6 +215,7 @@ def test_chart_values_reach_every_driver_flag(non_default: dict[str, Obj]) -> No
     assert len(opts.include) == 2 and len(opts.exclude) == 1
     assert [str(p) for p in opts.pci_ids] == ["/usr/share/hwdata/pci.ids"]
     assert (nic.nic_allow_uplink, nic.nic_include_virtual, nic.nic_taint_unhealthy) == (True, True, True)
+    assert nic.nic_allow_stacked is True
     assert nic.nic_node_ip == ["192.0.2.10", "2001:db8::10"]
     assert tuple(nic.nic_include_interfaces) == ("ens*", "ib*")
     assert tuple(nic.nic_exclude_interfaces) == ("docker*",)

@@ -2,7 +2,7 @@
 # topodra NIC driver: CDI createRuntime hook (runs on the host, POSIX sh, no Python needed).
 #
 #   netdev.sh attach --state-dir DIR --pin ID --host-name IF --name NEW [--mac MAC] [--pci BDF]
-#                    [--up] [--ip CIDR]...
+#                    [--up] [--ip CIDR]... [--allow-stacked]
 #   netdev.sh pin    --state-dir DIR --pin ID
 #
 # stdin: the OCI container state (JSON with the container's "pid").
@@ -14,6 +14,10 @@
 #   interface back to the host under its original name. Idempotent: a second container of the
 #   same pod finds the interface already inside and only re-pins.
 # pin: only the pin (the runtime moves the interface itself, CDI netDevices).
+#
+# An interface stacked with others of the host (a port of a bond or bridge, the parent of a
+# VLAN or macvlan) is never moved without --allow-stacked: the move would break those. The
+# driver withholds such interfaces already; this checks again at the moment of the move.
 #
 # On any failure the interface stays where it was (normally the host) and the hook exits
 # non-zero, which fails the container's creation with the message below. Every argument is
@@ -33,7 +37,7 @@ SYSFS=${TOPODRA_HOOK_SYSFS:-/sys}
 
 action=${1:-}
 [ $# -gt 0 ] && shift
-state_dir='' pin='' host='' name='' mac='' pci='' up=0 ips=''
+state_dir='' pin='' host='' name='' mac='' pci='' up=0 ips='' allow_stacked=0
 
 log() {
     printf '%s topodra-nic-hook[%s] %s pin=%s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$$" \
@@ -78,6 +82,7 @@ nips=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --up) up=1; shift; continue ;;
+    --allow-stacked) allow_stacked=1; shift; continue ;;
     esac
     [ $# -ge 2 ] || die "missing value for $1"
     case "$1" in
@@ -263,7 +268,22 @@ if exists "$name" in_target; then
     die "the container already has an interface named $name; choose another interfaceName"
 fi
 
-# 4. Pin first: from here on, wherever the interface ends up, unprepare can find it.
+# 4. Not stacked with another interface of the host (see the top of this file).
+if [ "$allow_stacked" = 0 ]; then
+    if [ -L "$SYSFS/class/net/$current/master" ]; then
+        m=$(readlink "$SYSFS/class/net/$current/master")
+        die "interface $current is a port of ${m##*/}: not moved (the NIC driver's --nic-allow-stacked allows it)"
+    fi
+    set +f
+    for u in "$SYSFS"/class/net/"$current"/upper_*; do
+        [ -L "$u" ] || continue
+        set -f
+        die "interface $current carries ${u##*/upper_}: not moved (the NIC driver's --nic-allow-stacked allows it)"
+    done
+    set -f
+fi
+
+# 5. Pin first: from here on, wherever the interface ends up, unprepare can find it.
 do_pin
 ip link set dev "$current" down 2>/dev/null
 if ! out=$(ip link set dev "$current" netns "$pid" name "$name" 2>&1); then

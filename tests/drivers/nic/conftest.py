@@ -85,6 +85,11 @@ class Links:
             _ip("link", "set", peer, "netns", peer_netns)
         return Path(f"/sys/class/net/{host}/address").read_text().strip()
 
+    def bridge(self, name: str) -> None:
+        """An empty Linux bridge (ports join it with `ip link set PORT master NAME`)."""
+        _ip("link", "add", name, "type", "bridge")
+        self.links.append(name)
+
     def track_mount(self, path: str) -> None:
         self.mounts.append(path)
 

@@ -19,6 +19,7 @@ import kubernetes_validate
 import pytest
 from topodra.common.cdi.spec import CdiWriter, SpecDevice, build_spec
 from topodra.common.device import device_from_api
+from topodra.common.inventory import signature
 from topodra.common.publisher.build import build_desired
 from topodra.common.runtime.checkpoint import Checkpoint
 from topodra.common.runtime.claims import ClaimManager, cdi_kind
@@ -259,8 +260,8 @@ def test_bad_claims_are_refused_with_a_clear_message(tree: Path, tmp_path: Path)
         d.prepare(claim(), r, [OpaqueConfig("FromClaim", (), {"apiVersion": "v9", "kind": "NicConfig"})])
     with pytest.raises(PrepareError, match="not on this node"):
         d.prepare(claim(), [AllocatedDevice("nic", NODE, "pci-0000-99-00-0")], [])
-    # the uplink is not a device at all
-    with pytest.raises(PrepareError, match="not on this node"):
+    # the uplink is not a device at all, and the claim is told why
+    with pytest.raises(PrepareError, match="not handed out: interface eno1 carries the node's own traffic"):
         d.prepare(claim(), [AllocatedDevice("nic", NODE, "pci-0000-02-00-0")], [])
     first = claim("first")
     prep = d.prepare(first, r, [])
@@ -354,6 +355,63 @@ def test_virtual_interfaces_only_on_request(links: Any, tmp_path: Path) -> None:
     assert (
         dev.attributes[f"{DRIVER}/macAddress"] == Path(f"/sys/class/net/{host}/address").read_text().strip()
     )
+
+
+def test_interfaces_stacked_with_others_of_the_host_are_withheld(links: Any, tmp_path: Path) -> None:
+    """Real bridge, veth and macvlan. Moving a bridge port into a pod takes it out of the bridge,
+    and moving a macvlan's parent deletes the macvlan (the kernel does both; shown by hand on
+    this machine's kernel), so neither is published or prepared unless --nic-allow-stacked; and
+    a bridge with ports is not either (the kernel refuses to move a bridge at all)."""
+    peer_ns = links.netns("p")
+    port, parent, br = links.name("h0"), links.name("h1"), links.name("b0")
+    links.veth(port, links.name("q0"), peer_ns)
+    links.veth(parent, links.name("q1"), peer_ns)
+    links.bridge(br)
+    mine = (f"tdn{links.tag}*",)
+    d = NicDriver(
+        NicOptions(
+            selection=Selection(include_virtual=True, include_interfaces=mine),
+            state_dir=tmp_path / "state",
+            hook_dir=tmp_path / "hooks",
+            rescan_interval=0.0,
+        )
+    )
+    everyone = {f"net-{port}", f"net-{parent}", f"net-{br}"}
+    assert {dev.name for dev in published_list(d)} == everyone
+
+    before = signature.read(d.inventory_policy())
+    subprocess.run(["ip", "link", "set", port, "master", br], check=True)
+    # no uevent comes for this: the polled signature must see it
+    assert signature.read(d.inventory_policy()) != before
+    macvlan = links.name("m1")
+    subprocess.run(["ip", "link", "add", "link", parent, "name", macvlan, "type", "macvlan"], check=True)
+    links.links.append(macvlan)
+
+    assert {dev.name for dev in published_list(d)} == {f"net-{macvlan}"}  # a macvlan itself may move
+    withheld = f"net-{port} is not handed out: interface {port} is a port of {br}"
+    with pytest.raises(PrepareError, match=withheld):
+        d.prepare(claim(), [AllocatedDevice("nic", NODE, f"net-{port}")], [])
+    with pytest.raises(PrepareError, match=f"interface {parent} carries {macvlan}"):
+        d.prepare(claim(), [AllocatedDevice("nic", NODE, f"net-{parent}")], [])
+    with pytest.raises(PrepareError, match=f"interface {br} has ports \\({port}\\)"):
+        d.prepare(claim(), [AllocatedDevice("nic", NODE, f"net-{br}")], [])
+    assert d.held() == {}
+
+    allowed = NicDriver(
+        NicOptions(
+            selection=Selection(include_virtual=True, include_interfaces=mine, allow_stacked=True),
+            state_dir=tmp_path / "state2",
+            hook_dir=tmp_path / "hooks2",
+            install_hook=False,
+        )
+    )
+    assert {dev.name for dev in published_list(allowed)} == everyone | {f"net-{macvlan}"}
+    prep = allowed.prepare(claim(), [AllocatedDevice("nic", NODE, f"net-{port}")], [])
+    (hook,) = prep.devices[0].edits.hooks
+    assert hook.args[-1] == "--allow-stacked"  # the hook's own check at the move stands down too
+
+    subprocess.run(["ip", "link", "set", port, "nomaster"], check=True)
+    assert f"net-{port}" in {dev.name for dev in published_list(d)}
 
 
 def test_veth_health_follows_its_carrier(links: Any, tmp_path: Path) -> None:

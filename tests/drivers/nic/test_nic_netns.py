@@ -188,6 +188,31 @@ def test_hook_leaves_the_interface_on_the_host_when_the_name_is_taken_inside(
     assert link is not None and link["address"] == mac
 
 
+def test_hook_does_not_pull_a_port_out_of_its_bridge(links: Links, hook: Path, tmp_path: Path) -> None:
+    """The driver withholds bridge ports; the hook checks again when it moves (the host may have
+    enslaved the interface after prepare). Real bridge; the port stays on the host, in it."""
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    host, peer, br = links.name("h0"), links.name("q0"), links.name("b0")
+    mac = links.veth(host, peer, peer_ns)
+    links.bridge(br)
+    subprocess.run(["ip", "link", "set", host, "master", br], check=True)
+    state = tmp_path / "state"
+    links.track_mount(str(state / "netns" / "c1_dev"))
+    args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", host, "--name", "net1"]
+    with process_in(pod_ns) as pid:
+        out = run_hook(hook, pid, *args, "--mac", mac)
+        assert out.returncode != 0
+        assert f"interface {host} is a port of {br}: not moved" in out.stderr
+        link = host_link(host)
+        assert link is not None and link.get("master") == br
+        assert "net1" not in netns_links(pod_ns)
+        # the operator allowed it (--nic-allow-stacked): moved, and so out of the bridge
+        out = run_hook(hook, pid, *args, "--mac", mac, "--allow-stacked")
+        assert out.returncode == 0, out.stderr
+        assert netns_links(pod_ns)["net1"]["address"] == mac
+        assert host_link(host) is None
+
+
 def test_hook_finds_a_physical_interface_by_its_pci_address(links: Links, hook: Path, tmp_path: Path) -> None:
     """The kernel renames a physical NIC that comes back from a dead namespace when its name is
     taken; without a MAC to go by, the hook finds it under its PCI function. No PCI NIC can be

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,15 @@ import pytest
 from topodra.common.hostnet.uplink import find_uplinks
 from topodra.common.publisher.build import build_desired
 from topodra.common.topology import discover
-from topodra.drivers.nic.devices import DRIVER, Nic, Selection, build_nics, device_name_for_pci
+from topodra.drivers.nic.devices import (
+    DRIVER,
+    Nic,
+    Selection,
+    build_nics,
+    device_name_for_interface,
+    device_name_for_pci,
+    partition,
+)
 
 from tests.conftest import FixtureTrees, fixture_names
 from tests.drivers.nic.conftest import SYNTH_NAMES, SynthTree
@@ -249,6 +258,62 @@ def test_uplink_is_published_only_when_allowed(synth_machine: Callable[[str], Sy
     allowed = {n.name for n in build_nics(topo, uplinks, Selection(allow_uplink=True))}
     assert device_name_for_pci(up["pci"]) not in names
     assert allowed - names == {device_name_for_pci(up["pci"])}
+
+
+def test_ports_and_vlan_parents_are_withheld(
+    synth_machine: Callable[[str], SynthTree], tmp_path: Path
+) -> None:
+    """A copy of a synthetic machine on which the host stacked interfaces the way the kernel
+    shows it in sysfs: one NIC a port of a bond (its `master` link, the bond's `lower_`), another
+    the parent of a VLAN (its `upper_` link). Both are left out with the reason a claim gets,
+    and published with allow_stacked; the rest of the machine is untouched."""
+    root = tmp_path / "m"
+    shutil.copytree(synth_machine("2s-8acc-8nic").root, root, symlinks=True)
+    uplinks = find_uplinks(str(root))
+    topo = discover(root)
+    plain = [i for i in topo.net_interfaces if i.pci_address and i.name not in uplinks]
+    assert len(plain) >= 2
+    port, parent = plain[0], plain[1]
+    net = root / "sys/devices/virtual/net"
+    for name, lower in (("bond1", port), (f"{parent.name}.100", parent)):
+        (net / name).mkdir(parents=True)
+        (net / name / f"lower_{lower.name}").symlink_to(os.path.relpath(root / lower.sysfs_path, net / name))
+        (root / "sys/class/net" / name).symlink_to(os.path.relpath(net / name, root / "sys/class/net"))
+    (root / port.sysfs_path / "master").symlink_to(os.path.relpath(net / "bond1", root / port.sysfs_path))
+    (root / port.sysfs_path / "upper_bond1").symlink_to(
+        os.path.relpath(net / "bond1", root / port.sysfs_path)
+    )
+    vlan = net / f"{parent.name}.100"
+    (root / parent.sysfs_path / f"upper_{vlan.name}").symlink_to(
+        os.path.relpath(vlan, root / parent.sysfs_path)
+    )
+
+    stacked = discover(root)
+    seen = {i.name: i for i in stacked.net_interfaces}
+    assert (seen[port.name].master, seen[port.name].uppers) == ("bond1", ("bond1",))
+    assert (seen[parent.name].master, seen[parent.name].uppers) == (None, (vlan.name,))
+    assert seen["bond1"].master is None and seen["bond1"].is_virtual
+
+    published, left_out = partition(stacked, uplinks, Selection())
+    port_dev, parent_dev = (
+        device_name_for_pci(str(port.pci_address)),
+        device_name_for_pci(str(parent.pci_address)),
+    )
+    assert (
+        left_out[port_dev] == f"interface {port.name} is a port of bond1 (--nic-allow-stacked publishes it)"
+    )
+    assert left_out[parent_dev].startswith(f"interface {parent.name} carries {vlan.name} ")
+    before = {n.name for n in build_nics(topo, uplinks, Selection())}
+    assert {n.name for n in published} == before - {port_dev, parent_dev}
+    allowed = {n.name for n in build_nics(stacked, uplinks, Selection(allow_stacked=True))}
+    assert allowed == before
+    # virtual interfaces on request: the bond has a port (the kernel would not move it anyway);
+    # the VLAN itself may go to a pod
+    with_virtual, left_out = partition(stacked, uplinks, Selection(include_virtual=True))
+    assert (
+        left_out["net-bond1"] == f"interface bond1 has ports ({port.name}) (--nic-allow-stacked publishes it)"
+    )
+    assert device_name_for_interface(vlan.name) in {n.name for n in with_virtual}
 
 
 def test_interface_filters(synth_machine: Callable[[str], SynthTree]) -> None:
