@@ -44,6 +44,9 @@ KIND = f"{TOPO}/kind"
 # 1-hex function.
 UPSTREAM_BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]\Z")
 MAX_STRING = 64  # the API's limit on a string attribute value, in bytes
+# The upstream numaNode helper refuses nodes outside 0..1023 (Linux has at most 1024): a value
+# read from a broken or planted tree is left out, as that helper would leave it out.
+MAX_NUMA_NODE = 1023
 
 
 def device_name(address: str) -> str:
@@ -65,7 +68,7 @@ def locality_attributes(topo: Topology, fn: PciFunction) -> dict[str, AttributeV
         attrs[PCI_BUS_ID] = bus_id
     if fn.pcie_root and len(fn.pcie_root) <= MAX_STRING:
         attrs[PCIE_ROOT] = fn.pcie_root
-    if fn.numa_node is not None and fn.numa_node >= 0:
+    if fn.numa_node is not None and 0 <= fn.numa_node <= MAX_NUMA_NODE:
         attrs[NUMA_NODE] = fn.numa_node
     if fn.pcie_switch and len(fn.pcie_switch) <= MAX_STRING:
         attrs[PCIE_SWITCH] = fn.pcie_switch

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from topodra.common import pciattrs
 from topodra.common.device import AttributeValue, Capacity, Device, RequestPolicy
 from topodra.common.topology.model import Topology
 from topodra.common.topology.parse import compress
@@ -46,7 +47,7 @@ CORE_TYPE = f"{DRIVER}/coreType"
 CORE_ID = f"{DRIVER}/coreID"  # core granularity only
 CPUS = f"{DRIVER}/cpus"  # core granularity only: the CPU numbers, e.g. "0,16"
 
-MAX_NUMA_NODE = 1023
+MAX_NUMA_NODE = pciattrs.MAX_NUMA_NODE
 MAX_ATTRIBUTE_VALUES = 48  # per device, list elements counted one each (1.36+)
 MAX_STRING = 64
 

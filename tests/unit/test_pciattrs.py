@@ -131,3 +131,11 @@ def test_identity_and_sriov_attributes_of_a_pf_and_its_vfs() -> None:
     }
     assert f"{d}/sriovVfIndex" not in pciattrs.sriov_attributes(topo, stray, d)
     assert pciattrs.sriov_attributes(topo, plain, d) == {f"{d}/sriovVirtualFunction": False}
+
+
+def test_numa_node_only_inside_the_range_the_upstream_helper_accepts() -> None:
+    """-1 (no affinity) and values past Linux's 1024 nodes are left out, never published."""
+    fns = [_fn(f"0000:0{i}:00.0", None, numa_node=n) for i, n in enumerate((-1, 0, 1023, 1024, 1 << 40))]
+    topo = _topology(*fns)
+    got = [pciattrs.locality_attributes(topo, f).get(pciattrs.NUMA_NODE) for f in fns]
+    assert got == [None, 0, 1023, None, None]
