@@ -102,6 +102,28 @@ def is_list_attribute(value: AttributeValue) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeAllocatable:
+    """How one allocation of a device counts against a node-allocatable resource (`cpu`, ...),
+    so the scheduler and the kubelet do not count the same CPUs again through pods' requests
+    (1.37 `nodeAllocatableResources`, alpha gate DRANodeAllocatableResources): either so much per
+    allocated device, or the consumed amount of one of its capacities times a factor."""
+
+    device_multiplier: str | None = None  # a quantity per allocated device
+    capacity_key: str | None = None  # a key of the device's capacity
+    capacity_multiplier: str | None = None  # a quantity per unit of that capacity consumed
+
+    def to_api(self) -> dict[str, Any]:
+        mapping: dict[str, str] = {}
+        if self.device_multiplier is not None:
+            mapping["deviceMultiplier"] = self.device_multiplier
+        if self.capacity_key is not None:
+            mapping["capacityKey"] = self.capacity_key
+        if self.capacity_multiplier is not None:
+            mapping["capacityMultiplier"] = self.capacity_multiplier
+        return {"mapping": mapping}
+
+
+@dataclass(frozen=True, slots=True)
 class Device:
     """One device entry of a ResourceSlice; attribute and capacity keys are fully qualified."""
 
@@ -110,6 +132,7 @@ class Device:
     capacity: Mapping[str, Capacity] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     allow_multiple_allocations: bool = False
+    node_allocatable: Mapping[str, NodeAllocatable] = field(default_factory=dict)  # resource name ->
 
     @property
     def uses_advanced_features(self) -> bool:
@@ -126,6 +149,9 @@ class Device:
             out["taints"] = [t.to_api() for t in self.taints]
         if self.allow_multiple_allocations:
             out["allowMultipleAllocations"] = True
+        if self.node_allocatable:
+            mappings = sorted(self.node_allocatable.items())
+            out["nodeAllocatableResources"] = {k: m.to_api() for k, m in mappings}
         return out
 
 
@@ -177,4 +203,17 @@ def device_from_api(data: Mapping[str, Any]) -> Device:
             for t in data.get("taints") or ()
         ),
         allow_multiple_allocations=bool(data.get("allowMultipleAllocations", False)),
+        node_allocatable={
+            str(k): _node_allocatable_from_api(v)
+            for k, v in (data.get("nodeAllocatableResources") or {}).items()
+        },
+    )
+
+
+def _node_allocatable_from_api(data: Mapping[str, Any]) -> NodeAllocatable:
+    m = data.get("mapping") or {}
+    return NodeAllocatable(
+        device_multiplier=str(m["deviceMultiplier"]) if "deviceMultiplier" in m else None,
+        capacity_key=str(m["capacityKey"]) if "capacityKey" in m else None,
+        capacity_multiplier=str(m["capacityMultiplier"]) if "capacityMultiplier" in m else None,
     )

@@ -397,8 +397,10 @@ class SlicePublisher:
             return partial(self.api.create_slice, b)
 
         stored = self._write(verb, call(body), body)
-        if stored is None:  # list attributes rejected: the same slice again at once, without them
-            body = _without_lists(body)  # (a later pass would see a new slice and bump the generation)
+        if stored is None:  # a field refused, not dropped: the same slice again at once without it
+            with self._cond:  # (a later pass would see a new slice and bump the generation)
+                off = set(self._disabled)
+            body = {**body, "spec": compare.strip_features(body.get("spec") or {}, off)}
             stored = self._write(verb, call(body))
         self._stored(body, stored)
 
@@ -409,6 +411,8 @@ class SlicePublisher:
             with self._cond:  # our view may be stale (conflict, or a write whose answer we lost)
                 self._need_relist = True
             if body is not None and err.status == 422 and self._list_attributes_rejected(err, body):
+                return None
+            if body is not None and err.status == 403 and self._node_allocatable_refused(err, body):
                 return None
             raise
         metrics.SLICE_WRITES.labels(self.driver_name, verb).inc()
@@ -427,6 +431,29 @@ class SlicePublisher:
             if not compare.uses_list_attributes(spec):
                 return False
             self._feature_off({compare.LIST_ATTRIBUTES}, str(body.get("metadata", {}).get("name", "")))
+        return True
+
+    def _node_allocatable_refused(self, err: ApiError, body: Mapping[str, Any]) -> bool:
+        """With the gate on, the API server refuses (403) a slice with nodeAllocatableResources
+        for a node that does not declare the feature (a kubelet without it would not honour the
+        mappings). Publishing nothing would be worse than publishing without them: the devices
+        are still right, only the scheduler's cpu accounting stays as it is without the flag."""
+        if compare.NODE_ALLOCATABLE not in err.reason or "does not support" not in err.reason:
+            return False
+        devices = (body.get("spec") or {}).get("devices") or ()
+        with self._cond:
+            if compare.NODE_ALLOCATABLE in self._disabled:
+                return False
+            if not any("nodeAllocatableResources" in d for d in devices):
+                return False
+            self._disabled.add(compare.NODE_ALLOCATABLE)
+        self._log.warning(
+            "the node does not declare DRANodeAllocatableResources (its kubelet runs without the "
+            "gate): publishing without nodeAllocatableResources; claimed CPUs are not counted "
+            "against the node's allocatable cpu",
+            slice=str(body.get("metadata", {}).get("name", "")),
+            error=err.reason,
+        )
         return True
 
     def _stored(self, sent: Mapping[str, Any], stored: dict[str, Any] | None) -> None:
@@ -657,10 +684,6 @@ class SlicePublisher:
                     self._log.error("could not delete our ResourceSlices on exit", error=str(err))
                     return
                 time.sleep(delay)
-
-
-def _without_lists(body: Mapping[str, Any]) -> dict[str, Any]:
-    return {**body, "spec": compare.strip_features(body.get("spec") or {}, {compare.LIST_ATTRIBUTES})}
 
 
 def _int(version: Any) -> int:

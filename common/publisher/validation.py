@@ -25,6 +25,7 @@ from topodra.common.device import (
     AttributeValue,
     Capacity,
     Device,
+    NodeAllocatable,
     RequestPolicy,
     Version,
 )
@@ -132,6 +133,8 @@ def _validate_device(device: Device, limits: Limits) -> tuple[Device, list[Probl
             attributes[key] = value
     for key, cap in device.capacity.items():
         _check_capacity(key, cap, device.allow_multiple_allocations, limits)
+    for resource, mapping in device.node_allocatable.items():
+        _check_node_allocatable(resource, mapping, device)
     if key_clash := set(attributes) & set(device.capacity):
         raise _DeviceInvalid("attribute-capacity-same-name", "both attribute and capacity", min(key_clash))
     total = len(attributes) + len(device.capacity)
@@ -216,6 +219,27 @@ def _standard_attribute_problem(ident: str, value: AttributeValue) -> str | None
         if not ok or not nodes:
             return "numaNode must be an int (or int list) in 0..1023; never -1"
     return None
+
+
+# node-allocatable resources a mapping may name: a name without a domain or under
+# kubernetes.io, never an extended resource (nodeAllocatableResources in docs/design/resourceslices.md)
+_NODE_ALLOCATABLE = ("cpu", "memory", "ephemeral-storage")
+
+
+def _check_node_allocatable(resource: str, mapping: NodeAllocatable, device: Device) -> None:
+    rule = "node-allocatable"
+    if resource not in _NODE_ALLOCATABLE and not resource.startswith("hugepages-"):
+        raise _DeviceInvalid(rule, "only node-allocatable resources (cpu, memory, hugepages-*)", resource)
+    by_capacity = mapping.capacity_key is not None or mapping.capacity_multiplier is not None
+    if by_capacity == (mapping.device_multiplier is not None):
+        raise _DeviceInvalid(rule, "either deviceMultiplier or capacityKey with capacityMultiplier", resource)
+    if by_capacity and (mapping.capacity_key is None or mapping.capacity_multiplier is None):
+        raise _DeviceInvalid(rule, "capacityKey and capacityMultiplier go together", resource)
+    if mapping.capacity_key is not None and mapping.capacity_key not in device.capacity:
+        raise _DeviceInvalid(rule, f"capacityKey {mapping.capacity_key} is not a capacity of it", resource)
+    factor = mapping.capacity_multiplier if mapping.device_multiplier is None else mapping.device_multiplier
+    if _quantity(str(factor), rule, resource) <= 0:
+        raise _DeviceInvalid(rule, f"the multiplier {factor!r} must be positive", resource)
 
 
 def _check_capacity(key: str, cap: Capacity, multiple: bool, limits: Limits) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from topodra.common import pciattrs
-from topodra.common.device import AttributeValue, Capacity, Device, RequestPolicy
+from topodra.common.device import AttributeValue, Capacity, Device, NodeAllocatable, RequestPolicy
 from topodra.common.topology.model import Topology
 from topodra.common.topology.parse import compress
 from topodra.drivers.cpu import policy
@@ -338,12 +338,21 @@ def _capacity(g: CpuGroup) -> Capacity:
     return Capacity(str(n), RequestPolicy(default="1", min="1", max=str(n), step="1"))
 
 
+def _node_allocatable(g: CpuGroup) -> NodeAllocatable:
+    """One node-allocatable cpu per CPU handed out: on a shared device the CPUs a claim
+    consumes of its capacity, on an exclusive device (a core) all of its CPUs."""
+    if g.multi:
+        return NodeAllocatable(capacity_key=CAPACITY, capacity_multiplier="1")
+    return NodeAllocatable(device_multiplier=str(len(g.cpus)))
+
+
 def device_of(topo: Topology, g: CpuGroup, options: CpuOptions, l3: dict[int, str] | None = None) -> Device:
     return Device(
         name=g.name,
         attributes=_attributes(topo, g, options, l3 if l3 is not None else l3_labels(topo)),
         capacity={CAPACITY: _capacity(g)},
         allow_multiple_allocations=g.multi,
+        node_allocatable={"cpu": _node_allocatable(g)} if options.node_allocatable else {},
     )
 
 

@@ -30,6 +30,9 @@ class CpuOptions:
     granularity: str = "numa"  # numa: one multi-allocatable device per NUMA node; core: one per core
     reserved: frozenset[int] = frozenset()  # never published, never handed out
     list_attributes: bool = False  # numaNode/pcieRoot/l3 as lists (DRAListTypeAttributes)
+    # each device says how many node-allocatable `cpu` an allocation of it takes (1.37
+    # nodeAllocatableResources), so pods need not repeat claimed CPUs in their requests
+    node_allocatable: bool = False
     hook_dir: Path = DEFAULT_HOOK_DIR  # host folder holding hooks/cpuset.sh
     # auto: every other container on the shared pool through NRI when the runtime offers it, the
     # CDI hook pins claim containers either way; hook: the CDI hook only; none: env only
@@ -105,6 +108,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CPUs kept for the system, never published or handed out (e.g. 0-1)",
     )
     group.add_argument(
+        "--cpu-node-allocatable",
+        action="store_true",
+        help="count claimed CPUs against the node's allocatable cpu (nodeAllocatableResources; "
+        "Kubernetes 1.37+ with DRANodeAllocatableResources on the API server, scheduler and kubelet)",
+    )
+    group.add_argument(
         "--cpu-list-attributes",
         action="store_true",
         help="publish numaNode, pcieRoot and L3 ids as lists (needs DRAListTypeAttributes)",
@@ -159,6 +168,7 @@ def from_args(args: argparse.Namespace) -> CpuOptions:
         granularity=getattr(args, "cpu_device_granularity", "numa"),
         reserved=reserved,
         list_attributes=bool(getattr(args, "cpu_list_attributes", False)),
+        node_allocatable=bool(getattr(args, "cpu_node_allocatable", False)),
         hook_dir=Path(getattr(args, "cpu_hook_dir", DEFAULT_HOOK_DIR)),
         pinning=getattr(args, "cpu_pinning", "auto"),
         pin_memory=getattr(args, "cpu_pin_memory", "auto"),

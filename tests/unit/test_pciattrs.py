@@ -11,6 +11,7 @@ from topodra.common.device import (
     AttributeValue,
     Capacity,
     Device,
+    NodeAllocatable,
     RequestPolicy,
     Taint,
     Version,
@@ -65,6 +66,10 @@ def test_device_from_api_inverts_to_api(attrs: dict[str, AttributeValue], memory
         },
         taints=(Taint("x.io/unhealthy", "DeviceRemoved"),) if taint else (),
         allow_multiple_allocations=True,
+        node_allocatable={
+            "cpu": NodeAllocatable(capacity_key="x.io/cores", capacity_multiplier="2"),
+            "memory": NodeAllocatable(device_multiplier=f"{memory}Mi"),
+        },
     )
     assert device_from_api(dev.to_api()) == dev
 

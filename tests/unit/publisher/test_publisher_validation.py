@@ -6,6 +6,7 @@ import pytest
 from topodra.common.device import (
     Capacity,
     Device,
+    NodeAllocatable,
     RequestPolicy,
     Taint,
     Version,
@@ -170,3 +171,45 @@ def test_taint_rules_and_the_1_34_limit() -> None:
     )
     many = Device("g", taints=tuple(Taint(f"example.com/t{i}") for i in range(17)))
     assert one(many)[1] == [("g", "too-many-taints", "", "dropped-device")]
+
+
+CPUS = "cpu.topodra.io/cpu"
+
+
+@pytest.mark.parametrize(
+    ("resource", "mapping"),
+    [
+        ("example.com/gpus", NodeAllocatable(device_multiplier="1")),  # an extended resource
+        ("cpu", NodeAllocatable()),  # neither form
+        ("cpu", NodeAllocatable(device_multiplier="2", capacity_key=CPUS, capacity_multiplier="1")),  # both
+        ("cpu", NodeAllocatable(capacity_key=CPUS)),  # a key without its multiplier
+        (
+            "cpu",
+            NodeAllocatable(capacity_key="cpu.topodra.io/cores", capacity_multiplier="1"),
+        ),  # no such capacity
+        ("cpu", NodeAllocatable(device_multiplier="0")),
+        ("memory", NodeAllocatable(device_multiplier="-1Gi")),
+    ],
+)
+def test_node_allocatable_rules_drop_the_device(resource: str, mapping: NodeAllocatable) -> None:
+    device = Device("core-0-1", capacity={CPUS: Capacity("2")}, node_allocatable={resource: mapping})
+    kept, problems = one(device)
+    assert kept == []
+    assert problems == [("core-0-1", "node-allocatable", resource, "dropped-device")]
+
+
+def test_valid_node_allocatable_mappings_pass() -> None:
+    core = Device("core-0-1", capacity={CPUS: Capacity("2")}, node_allocatable={"cpu": NodeAllocatable("2")})
+    numa = Device(
+        "numa-0",
+        capacity={CPUS: Capacity("32", RequestPolicy("1", min="1", max="32", step="1"))},
+        allow_multiple_allocations=True,
+        node_allocatable={
+            "cpu": NodeAllocatable(capacity_key=CPUS, capacity_multiplier="1"),
+            "hugepages-2Mi": NodeAllocatable(capacity_key=CPUS, capacity_multiplier="4Mi"),
+        },
+    )
+    assert one(core)[1] == [] and one(numa)[1] == []
+    assert numa.to_api()["nodeAllocatableResources"]["cpu"] == {
+        "mapping": {"capacityKey": CPUS, "capacityMultiplier": "1"}
+    }
