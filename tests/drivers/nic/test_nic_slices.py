@@ -34,6 +34,7 @@ from topodra.drivers.nic.devices import (
 
 from tests.conftest import FixtureTrees, fixture_names
 from tests.drivers.nic.conftest import SYNTH_NAMES, SynthTree
+from tests.kit.sysfs import basic_machine
 
 STD = "resource.kubernetes.io"
 PCI_BUS_ID = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]\Z")
@@ -180,6 +181,29 @@ def test_infiniband_controller_outside_class_02_is_published_with_rdma(fixture_t
     assert ib[f"{DRIVER}/rdmaDevice"] == "qib0"
     assert ib[f"{DRIVER}/linkType"] == "infiniband"
     assert ib[f"{STD}/numaNode"] == 2
+
+
+def test_an_rdma_engine_of_another_class_is_published_with_its_netdev_and_verbs(tmp_path: Path) -> None:
+    """An RDMA engine such as eRDMA can be a PCI function whose class says nothing of networking
+    (here 0x088000, "other system peripheral"), with an RDMA device and a netdev. It is published
+    for its RDMA device alone; a function of the same class without one is not a NIC."""
+    tree = basic_machine(tmp_path, cpus=2)
+    engine = tree.pci("pci0000:00/0000:00:06.0", class_="0x088000", vendor="0x1ded", device="0x107f")
+    tree.pci("pci0000:00/0000:00:07.0", class_="0x088000", vendor="0x1ded", device="0x107f")
+    tree.netdev(engine, "eth1")
+    ib = f"{engine}/infiniband/erdma_0"
+    tree.file(f"{ib}/node_guid", "0216:3eff:fe01:0203")
+    tree.link("sys/class/infiniband/erdma_0", ib)
+    uv = f"{engine}/infiniband_verbs/uverbs0"
+    tree.file(f"{uv}/ibdev", "erdma_0").file(f"{uv}/dev", "231:192")
+    tree.link("sys/class/infiniband_verbs/uverbs0", uv)
+    nics = {n.name: n for n in nics_of(tmp_path)}
+    assert set(nics) == {"pci-0000-00-06-0"}
+    nic = nics["pci-0000-00-06-0"]
+    attrs = nic.device.attributes
+    assert (attrs[f"{DRIVER}/rdma"], attrs[f"{DRIVER}/rdmaDevice"]) == (True, "erdma_0")
+    assert attrs[f"{DRIVER}/interfaceName"] == "eth1" and attrs[f"{DRIVER}/linkType"] == "ethernet"
+    assert [c.path for c in nic.char_devices] == ["/dev/infiniband/uverbs0"]
 
 
 # --- synthetic machines -------------------------------------------------------------------------
