@@ -177,6 +177,18 @@ class Tree:
         self.link(f"sys/class/net/{name}", d)
         return d
 
+    def rdma(
+        self, device_dir: str, name: str, guid: str, *, uverbs: str = "uverbs0", dev: str = "231:192"
+    ) -> str:
+        """An RDMA device of the function at `device_dir` with its verbs character device."""
+        ib = f"{device_dir}/infiniband/{name}"
+        self.file(f"{ib}/node_guid", guid)
+        self.link(f"sys/class/infiniband/{name}", ib)
+        uv = f"{device_dir}/infiniband_verbs/{uverbs}"
+        self.file(f"{uv}/ibdev", name).file(f"{uv}/dev", dev)
+        self.link(f"sys/class/infiniband_verbs/{uverbs}", uv)
+        return ib
+
 
 def basic_machine(root: Path, *, cpus: int = 4, packages: int = 1, threads: int = 1) -> Tree:
     """A sane machine to start from: CPUs, one NUMA node per package, L1/L2 per core, L3 per package."""

@@ -191,12 +191,7 @@ def test_an_rdma_engine_of_another_class_is_published_with_its_netdev_and_verbs(
     engine = tree.pci("pci0000:00/0000:00:06.0", class_="0x088000", vendor="0x1ded", device="0x107f")
     tree.pci("pci0000:00/0000:00:07.0", class_="0x088000", vendor="0x1ded", device="0x107f")
     tree.netdev(engine, "eth1")
-    ib = f"{engine}/infiniband/erdma_0"
-    tree.file(f"{ib}/node_guid", "0216:3eff:fe01:0203")
-    tree.link("sys/class/infiniband/erdma_0", ib)
-    uv = f"{engine}/infiniband_verbs/uverbs0"
-    tree.file(f"{uv}/ibdev", "erdma_0").file(f"{uv}/dev", "231:192")
-    tree.link("sys/class/infiniband_verbs/uverbs0", uv)
+    tree.rdma(engine, "erdma_0", "0216:3eff:fe01:0203")
     nics = {n.name: n for n in nics_of(tmp_path)}
     assert set(nics) == {"pci-0000-00-06-0"}
     nic = nics["pci-0000-00-06-0"]

@@ -260,12 +260,7 @@ def test_rdma_devices_and_their_character_nodes(tmp_path: Path) -> None:
     tree = basic_machine(tmp_path, cpus=2)
     d = tree.pci("pci0000:00/0000:00:02.0/0000:03:00.0", class_="0x020700", vendor="0x15b3", numa="0")
     tree.netdev(d, "ib0")
-    ib = f"{d}/infiniband/mlx5_0"
-    tree.file(f"{ib}/node_guid", "0c42:a103:0065:0e3e")
-    tree.link("sys/class/infiniband/mlx5_0", ib)
-    uv = f"{d}/infiniband_verbs/uverbs0"
-    tree.file(f"{uv}/ibdev", "mlx5_0").file(f"{uv}/dev", "231:192")
-    tree.link("sys/class/infiniband_verbs/uverbs0", uv)
+    tree.rdma(d, "mlx5_0", "0c42:a103:0065:0e3e")
     um = f"{d}/infiniband_mad/umad0"
     tree.file(f"{um}/ibdev", "mlx5_0").file(f"{um}/dev", "231:0")
     tree.link("sys/class/infiniband_mad/umad0", um)
