@@ -88,11 +88,11 @@ def _stacking(r: SysfsReader, d: str) -> tuple[str | None, tuple[str, ...]]:
     port and `upper_<name>` for each interface stacked on it, in the same namespace only."""
     uppers = []
     has_master = False
-    for e in r.scandir(d):
-        if e.name == "master":
+    for name in r.names(d):
+        if name == "master":
             has_master = True
-        elif e.name.startswith("upper_") and len(e.name) > len("upper_"):
-            uppers.append(e.name[len("upper_") :])
+        elif name.startswith("upper_") and len(name) > len("upper_"):
+            uppers.append(name[len("upper_") :])
     target = r.readlink(f"{d}/master") if has_master else None
     master = target.rstrip("/").rpartition("/")[2] if target else None
     return master or None, tuple(uppers)

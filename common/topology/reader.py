@@ -190,6 +190,26 @@ class SysfsReader:
     def listdir(self, rel: str) -> list[str]:
         return [e.name for e in self.scandir(rel)]
 
+    def names(self, rel: str) -> list[str]:
+        """The entry names of a folder, sorted, without their kinds: a third of `scandir`'s cost
+        where only names matter (a network interface's links, on machines with hundreds)."""
+        try:
+            if self._in_root is None:
+                found = os.listdir(self._prefix + rel)
+            else:
+                dfd = self._in_root.open(rel, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    found = os.listdir(dfd)
+                finally:
+                    os.close(dfd)
+        except OSError as e:
+            if e.errno not in (errno.ENOENT, errno.ENOTDIR):
+                self.warn(rel, f"unlistable: {e.strerror}")
+            return []
+        if self._record:
+            self.listed.add(rel)
+        return sorted(found)
+
     def is_dir(self, rel: str) -> bool:
         if self._in_root is None:
             ok = os.path.isdir(self._prefix + rel)
