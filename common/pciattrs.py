@@ -60,8 +60,58 @@ def pci_bus_id(address: str) -> str | None:
     return address if UPSTREAM_BDF.match(address) else None
 
 
-def locality_attributes(topo: Topology, fn: PciFunction) -> dict[str, AttributeValue]:
-    """pciBusID, pcieRoot, numaNode, pcieSwitch and socket of `fn`, each only when known."""
+class _Unreadable(Exception):
+    pass
+
+
+def _node_package(topo: Topology, node: int) -> int | None:
+    """Socket of a node as the upstream helper reads it: that of the first CPU of its cpulist
+    (offline CPUs included). None: the node has no CPUs (a memory node), socket unknown.
+    _Unreadable: the node or its first CPU's package cannot be read, and upstream then falls
+    back to the scalar-like [N]. Sockets are package indexes, not `physical_package_id`, which
+    repeats or is -1 on some machines (the `socket` attribute is that index too)."""
+    info = topo.numa_node(node)
+    if info is None:
+        raise _Unreadable(f"node{node}")
+    cpus = info.all_cpus or info.cpus
+    if not cpus:
+        return None
+    c = topo.cpu(cpus[0])
+    if c is None or c.package is None:
+        raise _Unreadable(f"cpu{cpus[0]}")
+    return c.package
+
+
+def numa_list(topo: Topology, node: int) -> tuple[int, ...]:
+    """The list form of numaNode (docs/design/resourceslices.md): the node, then the other nodes
+    at the minimum SLIT distance that are not known to sit on another socket, ascending; just
+    the node when any of that cannot be read."""
+    info = topo.numa_node(node)
+    if info is None:
+        return (node,)
+    others = [(k, d) for k, d in info.distances if k != node]
+    if not others:
+        return (node,)
+    nearest = min(d for _, d in others)
+    near = []
+    try:
+        own = _node_package(topo, node)
+        for k, d in others:
+            if d != nearest:
+                continue
+            theirs = _node_package(topo, k)
+            if theirs is not None and own is not None and theirs != own:
+                continue
+            if 0 <= k <= MAX_NUMA_NODE:
+                near.append(k)
+    except _Unreadable:
+        return (node,)
+    return (node, *sorted(near))
+
+
+def locality_attributes(topo: Topology, fn: PciFunction, *, lists: bool = False) -> dict[str, AttributeValue]:
+    """pciBusID, pcieRoot, numaNode, pcieSwitch and socket of `fn`, each only when known;
+    numaNode in its list form with `lists` (`numa_list`, needs DRAListTypeAttributes)."""
     attrs: dict[str, AttributeValue] = {}
     bus_id = pci_bus_id(fn.address)
     if bus_id is not None:
@@ -69,7 +119,7 @@ def locality_attributes(topo: Topology, fn: PciFunction) -> dict[str, AttributeV
     if fn.pcie_root and len(fn.pcie_root) <= MAX_STRING:
         attrs[PCIE_ROOT] = fn.pcie_root
     if fn.numa_node is not None and 0 <= fn.numa_node <= MAX_NUMA_NODE:
-        attrs[NUMA_NODE] = fn.numa_node
+        attrs[NUMA_NODE] = numa_list(topo, fn.numa_node) if lists else fn.numa_node
     if fn.pcie_switch and len(fn.pcie_switch) <= MAX_STRING:
         attrs[PCIE_SWITCH] = fn.pcie_switch
     pkg = topo.package_of_pci(fn.address)

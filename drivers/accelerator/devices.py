@@ -96,9 +96,11 @@ def cut(text: str, limit: int = MAX_STRING) -> str:
     return data[:limit].decode("utf-8", "ignore").rstrip()
 
 
-def attributes(topo: Topology, fn: PciFunction, host: HostInfo) -> dict[str, AttributeValue]:
+def attributes(
+    topo: Topology, fn: PciFunction, host: HostInfo, *, lists: bool = False
+) -> dict[str, AttributeValue]:
     d = DRIVER
-    attrs: dict[str, AttributeValue] = pciattrs.locality_attributes(topo, fn)
+    attrs: dict[str, AttributeValue] = pciattrs.locality_attributes(topo, fn, lists=lists)
     attrs[f"{d}/pciAddress"] = fn.address
     attrs[f"{d}/type"] = selection.kind_of(fn)
     attrs[pciattrs.KIND] = "accelerator"
@@ -157,13 +159,15 @@ def nodes_of(fn: PciFunction, host: HostInfo) -> tuple[tuple[Node, ...], tuple[N
     return tuple(own), tuple(shared), problem
 
 
-def accelerator(topo: Topology, fn: PciFunction, host: HostInfo, reason: str = "") -> Accelerator:
+def accelerator(
+    topo: Topology, fn: PciFunction, host: HostInfo, reason: str = "", *, lists: bool = False
+) -> Accelerator:
     """The device for one selected function (pure)."""
     capacity: dict[str, Capacity] = {}
     memory = host.memory_bytes.get(fn.address)
     if memory:
         capacity[MEMORY] = Capacity(str(memory))
-    attrs = _within_limits(attributes(topo, fn, host), capacity)
+    attrs = _within_limits(attributes(topo, fn, host, lists=lists), capacity)
     own, shared, problem = nodes_of(fn, host)
     return Accelerator(
         device=Device(pciattrs.device_name(fn.address), attrs, capacity),
@@ -185,7 +189,8 @@ def build_accelerators(
 ) -> list[Accelerator]:
     """Every accelerator to publish, sorted by name (stable slices across rescans)."""
     picked = chosen if chosen is not None else selection.verdicts(topo, options)
-    out = [accelerator(topo, v.function, host, v.reason) for v in picked if v.selected]
+    lists = options.list_attributes
+    out = [accelerator(topo, v.function, host, v.reason, lists=lists) for v in picked if v.selected]
     out.sort(key=lambda a: a.name)
     return out
 

@@ -72,6 +72,7 @@ class AcceleratorOptions:
     exclude: tuple[IdMatch, ...] = ()  # never publish these
     dev_root: Path = Path("/")  # host device nodes are <dev_root>/dev/...
     taint_unhealthy: bool = False
+    list_attributes: bool = False  # numaNode in its list form (DRAListTypeAttributes)
     rescan_interval: float = 5.0  # the inventory's polling interval (common/inventory)
     pci_ids: tuple[str, ...] = ()  # pci.ids files tried for product names; empty: the system's
     node_check: str = "strict"  # strict: host nodes must have sysfs's major:minor; exists: any char dev
@@ -127,6 +128,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "ResourceSlice (needs DRADeviceTaints on the cluster)",
     )
     g.add_argument(
+        "--accelerator-list-attributes",
+        action="store_true",
+        help="publish numaNode as a list: the node, then the same-socket nodes nearest to it, so "
+        "an accelerator whose node holds only its memory still matches its socket's CPUs and NICs "
+        "(needs DRAListTypeAttributes)",
+    )
+    g.add_argument(
         "--accelerator-rescan-interval",
         type=flags.seconds,
         default=5.0,
@@ -166,6 +174,7 @@ def from_args(args: argparse.Namespace, sysfs_root: Path, node_name: str) -> Acc
         exclude=ids("accelerator_exclude"),
         dev_root=Path(getattr(args, "accelerator_dev_root", None) or "/"),
         taint_unhealthy=bool(getattr(args, "accelerator_taint_unhealthy", False)),
+        list_attributes=bool(getattr(args, "accelerator_list_attributes", False)),
         rescan_interval=float(getattr(args, "accelerator_rescan_interval", 5.0)),
         pci_ids=tuple(str(p) for p in paths) if paths else (),
         node_check=str(getattr(args, "accelerator_node_check", "strict")),

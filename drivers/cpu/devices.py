@@ -235,55 +235,6 @@ def groups(topo: Topology, options: CpuOptions) -> tuple[CpuGroup, ...]:
 # --- attributes ---------------------------------------------------------------------------------
 
 
-class _Unreadable(Exception):
-    pass
-
-
-def _node_package(topo: Topology, node: int) -> int | None:
-    """Socket of a node as the upstream helper reads it: that of the first CPU of its cpulist
-    (offline CPUs included). None: the node has no CPUs (a memory node), socket unknown.
-    _Unreadable: the node or its first CPU's package cannot be read, and upstream then falls
-    back to the scalar-like [N]. Sockets are package indexes, not `physical_package_id`, which
-    repeats or is -1 on some machines (module doc)."""
-    info = topo.numa_node(node)
-    if info is None:
-        raise _Unreadable(f"node{node}")
-    cpus = info.all_cpus or info.cpus
-    if not cpus:
-        return None
-    c = topo.cpu(cpus[0])
-    if c is None or c.package is None:
-        raise _Unreadable(f"cpu{cpus[0]}")
-    return c.package
-
-
-def numa_list(topo: Topology, node: int) -> tuple[int, ...]:
-    """The list form of numaNode (docs/design/resourceslices.md): the node, then the other nodes
-    at the minimum SLIT distance that are not known to sit on another socket, ascending; just
-    the node when any of that cannot be read."""
-    info = topo.numa_node(node)
-    if info is None:
-        return (node,)
-    others = [(k, d) for k, d in info.distances if k != node]
-    if not others:
-        return (node,)
-    nearest = min(d for _, d in others)
-    near = []
-    try:
-        own = _node_package(topo, node)
-        for k, d in others:
-            if d != nearest:
-                continue
-            theirs = _node_package(topo, k)
-            if theirs is not None and own is not None and theirs != own:
-                continue
-            if 0 <= k <= MAX_NUMA_NODE:
-                near.append(k)
-    except _Unreadable:
-        return (node,)
-    return (node, *sorted(near))
-
-
 def _numeric(labels: set[str]) -> list[str]:
     return sorted(labels, key=lambda s: (len(s), s))
 
@@ -294,7 +245,7 @@ def _attributes(
     attrs: dict[str, AttributeValue] = {KIND: "cpu"}
     lists = options.list_attributes
     if g.numa is not None and 0 <= g.numa <= MAX_NUMA_NODE:
-        attrs[NUMA_NODE] = numa_list(topo, g.numa) if lists else g.numa
+        attrs[NUMA_NODE] = pciattrs.numa_list(topo, g.numa) if lists else g.numa
     if g.package is not None:
         attrs[SOCKET] = g.package
     threads = max(len(core.cpus) for core in g.cores)

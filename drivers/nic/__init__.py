@@ -38,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "or VRF, parents of VLANs or macvlans, bonds and bridges with ports (moving one breaks the other)",
     )
     g.add_argument(
+        "--nic-list-attributes",
+        action="store_true",
+        help="publish numaNode as a list: the node, then the same-socket nodes nearest to it "
+        "(needs DRAListTypeAttributes)",
+    )
+    g.add_argument(
         "--nic-include-virtual",
         action="store_true",
         help="also publish virtual interfaces (veth, macvlan, ...), named net-<ifname>",
@@ -119,6 +125,7 @@ def create(options: CommonOptions) -> NicDriver:
     selection = Selection(
         allow_uplink=bool(get("nic_allow_uplink", False)),
         allow_stacked=bool(get("nic_allow_stacked", False)),
+        list_attributes=bool(get("nic_list_attributes", False)),
         include_virtual=bool(get("nic_include_virtual", False)),
         include_interfaces=tuple(get("nic_include_interfaces", ()) or ()),
         exclude_interfaces=tuple(get("nic_exclude_interfaces", ()) or ()),

@@ -46,6 +46,7 @@ class Selection:
 
     allow_uplink: bool = False
     allow_stacked: bool = False  # ports of bonds/bridges, parents of VLANs (stacking_problem)
+    list_attributes: bool = False  # numaNode in its list form (DRAListTypeAttributes), not a filter
     include_virtual: bool = False
     include_interfaces: tuple[str, ...] = ()  # globs on interface names; empty: all
     exclude_interfaces: tuple[str, ...] = ()
@@ -165,10 +166,12 @@ def _interface_attrs(attrs: dict[str, AttributeValue], iface: NetInterface | Non
     pciattrs.put(attrs, f"{d}/carrier", iface.carrier)
 
 
-def pci_nic(topo: Topology, fn: PciFunction, interfaces: Sequence[NetInterface]) -> Nic:
+def pci_nic(
+    topo: Topology, fn: PciFunction, interfaces: Sequence[NetInterface], *, lists: bool = False
+) -> Nic:
     """The device for one PCI network function (pure)."""
     d = DRIVER
-    attrs: dict[str, AttributeValue] = pciattrs.locality_attributes(topo, fn)
+    attrs: dict[str, AttributeValue] = pciattrs.locality_attributes(topo, fn, lists=lists)
     attrs[f"{d}/pciAddress"] = fn.address
     primary, others = _primary(interfaces)
     _interface_attrs(attrs, primary)
@@ -271,7 +274,7 @@ def _candidates(topo: Topology, sel: Selection) -> Iterator[tuple[list[NetInterf
     for fn in topo.pci_devices:
         if is_network_function(topo, fn):
             ifaces = by_pci.get(fn.address, [])
-            yield ifaces, partial(pci_nic, topo, fn, ifaces)
+            yield ifaces, partial(pci_nic, topo, fn, ifaces, lists=sel.list_attributes)
     known = {p.address for p in topo.pci_devices}
     for address, ifaces in sorted(by_pci.items()):
         if address not in known and _BDF.match(address):

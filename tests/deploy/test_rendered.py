@@ -162,6 +162,7 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
         "include": ["10de:*", "1002:74a1"],
         "exclude": ["10de:1db6"],
         "nodeCheck": "exists",
+        "listAttributes": True,
         "devRoot": "/opt/topodra/synth",
         "taintUnhealthy": True,
         "rescanInterval": 2.5,
@@ -171,6 +172,7 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
         "metricsPort": 9502,
         "allowUplink": True,
         "allowStacked": True,
+        "listAttributes": True,
         "includeVirtual": True,
         "nodeIPs": ["192.0.2.10", "2001:db8::10"],
         "includeInterfaces": ["ens*", "ib*"],
@@ -208,7 +210,7 @@ def test_chart_values_reach_every_driver_flag(non_default: dict[str, Obj]) -> No
     assert cpu.cpu_list_attributes is True and cpu.cpu_node_allocatable is True
     assert (cpu.cpu_shared_min, cpu.cpu_nri_socket) == (2, Path("/run/containerd/nri/nri.sock"))
     assert acc.accelerator_node_check == "exists" and acc.accelerator_taint_unhealthy is True
-    assert acc.accelerator_rescan_interval == 2.5
+    assert acc.accelerator_rescan_interval == 2.5 and acc.accelerator_list_attributes is True
     assert acc.accelerator_dev_root == Path("/opt/topodra/synth")
     from topodra.drivers.accelerator import options as acc_options
 
@@ -216,7 +218,7 @@ def test_chart_values_reach_every_driver_flag(non_default: dict[str, Obj]) -> No
     assert len(opts.include) == 2 and len(opts.exclude) == 1
     assert [str(p) for p in opts.pci_ids] == ["/usr/share/hwdata/pci.ids"]
     assert (nic.nic_allow_uplink, nic.nic_include_virtual, nic.nic_taint_unhealthy) == (True, True, True)
-    assert nic.nic_allow_stacked is True
+    assert nic.nic_allow_stacked is True and nic.nic_list_attributes is True
     assert nic.nic_node_ip == ["192.0.2.10", "2001:db8::10"]
     assert tuple(nic.nic_include_interfaces) == ("ens*", "ib*")
     assert tuple(nic.nic_exclude_interfaces) == ("docker*",)
