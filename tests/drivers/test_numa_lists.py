@@ -1,6 +1,6 @@
-"""numaNode in its list form across the three drivers, on a machine shaped like the GB200 ask
-(../shared/spec/user-asks.md, item 1): the accelerator's own NUMA node holds only its memory
-(no CPUs), nearest by SLIT to the node of its socket's CPUs and NIC. As scalars the three
+"""numaNode in its list form across the three drivers, on a machine shaped like what GB200 users
+report: the accelerator's own NUMA node holds only its memory (no CPUs), nearest by SLIT to the
+node of its socket's CPUs and NIC. As scalars the three
 numaNode values disagree and `matchAttribute: resource.kubernetes.io/numaNode` can never put
 them together; as lists (the node, then the same-socket nodes nearest to it) the three share an
 element, which is what matchAttribute asks of lists (set intersection, DRAListTypeAttributes).
