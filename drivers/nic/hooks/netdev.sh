@@ -229,20 +229,23 @@ if [ -n "$inside" ]; then
     exit 0
 fi
 
-# 2. Where is it now? The host, by PCI address, MAC or name (the kernel renames a physical
-#    interface that comes back from a dead namespace when its name is taken).
+# 2. Where is it now? On the host, by MAC (the one mark that names exactly this netdev), else
+#    among its PCI function's netdevs (a function may have several, e.g. two ports: the one
+#    under its host name first), else by name when there is no MAC. The kernel renames a
+#    physical interface that comes back from a dead namespace when its name is taken.
 current=''
-if [ -n "$pci" ] && [ -d "$SYSFS/bus/pci/devices/$pci/net" ]; then
+if [ -n "$mac" ]; then
+    current=$(by_mac "$mac" env)
+fi
+if [ -z "$current" ] && [ -n "$pci" ] && [ -d "$SYSFS/bus/pci/devices/$pci/net" ]; then
     set +f # the one glob of this script, over a folder the kernel fills
     for d in "$SYSFS"/bus/pci/devices/"$pci"/net/*; do
         [ -e "$d" ] || continue
-        current=${d##*/}
-        break
+        if [ -z "$current" ] || [ "${d##*/}" = "$host" ]; then
+            current=${d##*/}
+        fi
     done
     set -f
-fi
-if [ -z "$current" ] && [ -n "$mac" ]; then
-    current=$(by_mac "$mac" env)
 fi
 if [ -z "$current" ] && [ -z "$mac" ] && exists "$host" env; then
     current=$host

@@ -234,6 +234,30 @@ def test_hook_finds_a_physical_interface_by_its_pci_address(links: Links, hook: 
     assert netns_links(pod_ns)["net1"]["address"] == mac
 
 
+def test_hook_moves_the_netdev_its_mac_names_when_the_function_has_two(
+    links: Links, hook: Path, tmp_path: Path
+) -> None:
+    """A function with two netdevs (two ports of one function, as mlx4 has): the MAC says which
+    one the claim holds, whatever the order of the function's net/ folder."""
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    first, second = links.name("a7"), links.name("b7")
+    links.veth(first, links.name("q7"), peer_ns)
+    mac = links.veth(second, links.name("r7"), peer_ns)
+    pci = "0000:04:00.0"
+    sysfs = tmp_path / "sys"
+    for n in (first, second):
+        (sysfs / "bus/pci/devices" / pci / "net" / n).mkdir(parents=True)
+    state = tmp_path / "state"
+    links.track_mount(str(state / "netns" / "c1_dev"))
+    args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", second, "--name", "net1"]
+    with process_in(pod_ns) as pid:
+        seam = {"TOPODRA_HOOK_SYSFS": str(sysfs)}
+        out = run_hook(hook, pid, *args, "--mac", mac, "--pci", pci, env=seam)
+        assert out.returncode == 0, out.stderr
+    assert netns_links(pod_ns)["net1"]["address"] == mac
+    assert host_link(first) is not None  # the other port stayed on the host
+
+
 def test_hook_follows_the_interface_into_a_recreated_sandbox(
     links: Links, hook: Path, tmp_path: Path
 ) -> None:
