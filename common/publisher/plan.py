@@ -21,6 +21,8 @@ from typing import Any
 
 from topodra.common.publisher.build import decode_index, owner_reference, slice_object, with_pool
 from topodra.common.publisher.compare import (
+    BINDING,
+    CONSUMABLE,
     LIST_ATTRIBUTES,
     adopt_server_fields,
     dropped_features,
@@ -160,6 +162,10 @@ def _update(obj: Mapping[str, Any], spec: Mapping[str, Any], node_name: str, nod
     return out
 
 
+# features whose absence from a stored slice can only mean a server without the gate (infer_dropped)
+INFERRED_AT_START = frozenset({CONSUMABLE, BINDING})
+
+
 def infer_dropped(
     desired_specs: Sequence[Mapping[str, Any]],
     existing: Iterable[Mapping[str, Any]],
@@ -172,6 +178,10 @@ def infer_dropped(
     A stored slice that equals the desired one except for exactly the fields of some features
     was written by us to a server that dropped them: expecting that avoids one probing write per
     slice at every restart. Used only when adopting at start-up; later differences are repaired.
+    Only for fields a driver sends the same way every time it runs (consumable capacity, binding
+    conditions): taints come and go with device health, and list attributes and node-allocatable
+    mappings with the operator's flags, so a stored slice without them is as likely an older
+    state or an older configuration as a server without the gate; those are probed by a write.
     """
     features: set[str] = set()
     count = len(desired_specs)
@@ -184,4 +194,4 @@ def infer_dropped(
         dropped = dropped_features(want, spec)
         if dropped and same_spec(adopt_server_fields(strip_features(want, dropped), spec), spec):
             features |= dropped
-    return features
+    return features & INFERRED_AT_START

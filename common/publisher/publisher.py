@@ -425,12 +425,11 @@ class SlicePublisher:
         (docs/design/resourceslices.md)."""
         spec = body.get("spec") or {}
         hint = any(word in err.reason for word in ("ints", "bools", "strings", "versions", "exactly one"))
-        with self._cond:
-            if compare.LIST_ATTRIBUTES in self._disabled or not hint:
-                return False
-            if not compare.uses_list_attributes(spec):
-                return False
-            self._feature_off({compare.LIST_ATTRIBUTES}, str(body.get("metadata", {}).get("name", "")))
+        if not hint or not compare.uses_list_attributes(spec):
+            return False
+        with self._cond:  # a parallel write of another slice may have found it first: retry all the same
+            if compare.LIST_ATTRIBUTES not in self._disabled:
+                self._feature_off({compare.LIST_ATTRIBUTES}, str(body.get("metadata", {}).get("name", "")))
         return True
 
     def _node_allocatable_refused(self, err: ApiError, body: Mapping[str, Any]) -> bool:
@@ -441,11 +440,11 @@ class SlicePublisher:
         if compare.NODE_ALLOCATABLE not in err.reason or "does not support" not in err.reason:
             return False
         devices = (body.get("spec") or {}).get("devices") or ()
-        with self._cond:
+        if not any("nodeAllocatableResources" in d for d in devices):
+            return False
+        with self._cond:  # a parallel write of another slice may have found it first: retry all the same
             if compare.NODE_ALLOCATABLE in self._disabled:
-                return False
-            if not any("nodeAllocatableResources" in d for d in devices):
-                return False
+                return True
             self._disabled.add(compare.NODE_ALLOCATABLE)
         self._log.warning(
             "the node does not declare DRANodeAllocatableResources (its kubelet runs without the "

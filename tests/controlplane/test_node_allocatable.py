@@ -180,3 +180,21 @@ def test_a_node_that_does_not_declare_the_feature_gets_the_devices_without_mappi
         assert scheduled(cluster, f"{n}-asks") == (True, "")
     finally:
         pub.stop()
+
+
+def test_turning_the_flag_on_over_slices_published_without_it_publishes_the_mappings(
+    cluster: ControlPlane, machine: Path
+) -> None:
+    """An upgrade that turns the flag on: the slices left by the driver before (without the
+    mappings) must not be taken for an API server that drops them."""
+    topo = discover(machine)
+    n = node(cluster, 8, declares=True)
+    before = publish(cluster, n, build_devices(topo, CpuOptions(granularity="core")))
+    before.stop()
+    after = publish(cluster, n, build_devices(topo, CpuOptions(granularity="core", node_allocatable=True)))
+    try:
+        assert compare.NODE_ALLOCATABLE not in after.status().dropped_features
+        stored = [d for s in after.published() for d in s["spec"]["devices"]]
+        assert stored and all("nodeAllocatableResources" in d for d in stored)
+    finally:
+        after.stop()

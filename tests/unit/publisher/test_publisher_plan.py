@@ -6,7 +6,8 @@ import copy
 import itertools
 from typing import Any
 
-from topodra.common.device import Capacity, Device, RequestPolicy, Taint
+import pytest
+from topodra.common.device import Capacity, Device, NodeAllocatable, RequestPolicy, Taint
 from topodra.common.publisher import compare
 from topodra.common.publisher.build import slice_specs
 from topodra.common.publisher.plan import plan_sync
@@ -209,17 +210,50 @@ def test_list_attributes_are_stripped_when_their_gate_is_off() -> None:
 def test_features_a_previous_instance_found_off_are_read_from_its_slices() -> None:
     from topodra.common.publisher.plan import infer_dropped
 
-    devices = [Device("vf-0", {"x": 1}, taints=(Taint("nic.topodra.io/link"),)), Device("vf-1", {"x": 2})]
+    shared = Capacity("25G", RequestPolicy("1G", min="1G", step="1G"))
+    devices = [
+        Device("vf-0", {"x": 1}, {"nic.topodra.io/bw": shared}, allow_multiple_allocations=True),
+        Device("vf-1", {"x": 2}),
+    ]
     specs = slice_specs(DRIVER, NODE, devices)
     (obj,) = publish(devices)
     assert infer_dropped(specs, [obj], driver_name=DRIVER, node_name=NODE) == set()
-    without_taints = copy.deepcopy(obj)
-    del without_taints["spec"]["devices"][0]["taints"]
-    assert infer_dropped(specs, [without_taints], driver_name=DRIVER, node_name=NODE) == {compare.TAINTS}
+    dropped = copy.deepcopy(obj)
+    del dropped["spec"]["devices"][0]["allowMultipleAllocations"]
+    del dropped["spec"]["devices"][0]["capacity"]["nic.topodra.io/bw"]["requestPolicy"]
+    assert infer_dropped(specs, [dropped], driver_name=DRIVER, node_name=NODE) == {compare.CONSUMABLE}
     # a slice that also differs otherwise is drift to repair, not a disabled gate
-    edited = copy.deepcopy(without_taints)
+    edited = copy.deepcopy(dropped)
     edited["spec"]["devices"][1]["attributes"]["x"] = {"int": 3}
     assert infer_dropped(specs, [edited], driver_name=DRIVER, node_name=NODE) == set()
+
+
+@pytest.mark.parametrize(
+    "now",
+    [
+        Device("d", {"x": 1}, taints=(Taint("nic.topodra.io/link"),)),  # the device turned unhealthy
+        Device("d", {"resource.kubernetes.io/numaNode": (0, 1)}),  # --*-list-attributes turned on
+        Device(  # --cpu-node-allocatable turned on
+            "d",
+            {"x": 1},
+            {"cpu.topodra.io/cpu": Capacity("2")},
+            node_allocatable={"cpu": NodeAllocatable("2")},
+        ),
+    ],
+)
+def test_fields_that_come_with_state_or_flags_are_not_taken_for_a_gate_that_is_off(now: Device) -> None:
+    """Slices left by an instance that ran before the device's state or the operator's flags
+    changed lack these fields: the new instance must write them, not expect them dropped."""
+    from topodra.common.publisher.plan import infer_dropped
+
+    before = Device("d", {"x": 1}, {"cpu.topodra.io/cpu": Capacity("2")} if now.capacity else {})
+    if "resource.kubernetes.io/numaNode" in now.attributes:
+        before = Device("d", {})
+    (obj,) = publish([before])
+    specs = slice_specs(DRIVER, NODE, [now])
+    assert compare.dropped_features(specs[0], obj["spec"])  # the stored slice lacks the field
+    assert infer_dropped(specs, [obj], driver_name=DRIVER, node_name=NODE) == set()
+    assert plan([now], [obj]).writes == 1
 
 
 def test_a_half_done_generation_bump_is_finished_with_one_update() -> None:
