@@ -29,7 +29,9 @@ from topodra.common.topology.model import DiscoveryWarning
 TYPE_CHECKING = False  # not typing's: importing typing costs milliseconds on the inspect path
 if TYPE_CHECKING:  # and collections.abc's: ~0.2 ms of it
     from collections.abc import Callable
-    from typing import Protocol
+    from typing import Protocol, TypeVar
+
+    _T = TypeVar("_T")
 
     class Entry(Protocol):
         """What discovery uses of a folder entry (os.DirEntry has it; so do confined entries)."""
@@ -172,43 +174,45 @@ class SysfsReader:
 
         Sorted, so reads and warnings come in the same order on the machine and in its capture.
         """
-        try:
-            entries: list[Entry]
+
+        def listing() -> list[Entry]:
             if self._in_root is None:
                 with os.scandir(self._prefix + rel) as it:
-                    entries = sorted(it, key=_name)
-            else:
-                entries = sorted(self._in_root.scandir(rel, self.is_dir), key=_name)
-        except OSError as e:
-            if e.errno not in (errno.ENOENT, errno.ENOTDIR):
-                self.warn(rel, f"unlistable: {e.strerror}")
-            return []
-        if self._record:
-            self.listed.add(rel)
-        return entries
+                    return sorted(it, key=_name)
+            return sorted(self._in_root.scandir(rel, self.is_dir), key=_name)
+
+        return self._listed(rel, listing)
 
     def listdir(self, rel: str) -> list[str]:
         return [e.name for e in self.scandir(rel)]
 
     def names(self, rel: str) -> list[str]:
-        """The entry names of a folder, sorted, without their kinds: a third of `scandir`'s cost
-        where only names matter (a network interface's links, on machines with hundreds)."""
-        try:
+        """The entry names of a folder, sorted, without their kinds: cheaper than `scandir` where
+        only names matter (a network interface's links, on machines with hundreds of them)."""
+
+        def listing() -> list[str]:
             if self._in_root is None:
-                found = os.listdir(self._prefix + rel)
-            else:
-                dfd = self._in_root.open(rel, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    found = os.listdir(dfd)
-                finally:
-                    os.close(dfd)
+                return sorted(os.listdir(self._prefix + rel))
+            dfd = self._in_root.open(rel, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                return sorted(os.listdir(dfd))
+            finally:
+                os.close(dfd)
+
+        return self._listed(rel, listing)
+
+    def _listed(self, rel: str, listing: Callable[[], list[_T]]) -> list[_T]:
+        """`listing()`, recorded as a listing of `rel`; empty when the folder is absent (other
+        errors are warnings)."""
+        try:
+            found = listing()
         except OSError as e:
             if e.errno not in (errno.ENOENT, errno.ENOTDIR):
                 self.warn(rel, f"unlistable: {e.strerror}")
             return []
         if self._record:
             self.listed.add(rel)
-        return sorted(found)
+        return found
 
     def is_dir(self, rel: str) -> bool:
         if self._in_root is None:
