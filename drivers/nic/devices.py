@@ -253,8 +253,9 @@ def stacking_problem(iface: NetInterface, ports: Mapping[str, Sequence[str]]) ->
     """Why moving `iface` into a pod would break another interface of the host, or None.
 
     Moving a netdev to another namespace unregisters it from this one: the kernel takes a port
-    out of its bond or bridge and deletes the VLANs and macvlans stacked on it, and it refuses
-    to move a bond or bridge at all. `ports` maps each master to its ports.
+    out of its bridge or bond, a VLAN or macvlan on top stays on the host riding a link the pod
+    then controls, and a bond or bridge cannot be moved at all. `ports` maps each master to its
+    ports.
     """
     if iface.master is not None:
         return f"interface {iface.name} is a port of {iface.master}"

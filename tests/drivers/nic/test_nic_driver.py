@@ -359,9 +359,10 @@ def test_virtual_interfaces_only_on_request(links: Any, tmp_path: Path) -> None:
 
 def test_interfaces_stacked_with_others_of_the_host_are_withheld(links: Any, tmp_path: Path) -> None:
     """Real bridge, veth and macvlan. Moving a bridge port into a pod takes it out of the bridge,
-    and moving a macvlan's parent deletes the macvlan (the kernel does both; shown by hand on
-    this machine's kernel), so neither is published or prepared unless --nic-allow-stacked; and
-    a bridge with ports is not either (the kernel refuses to move a bridge at all)."""
+    and moving a macvlan's parent leaves the host's macvlan on a link the pod controls (both
+    seen by hand on this machine's kernel), so neither is published or prepared unless
+    --nic-allow-stacked; and a bridge with ports is not either (the kernel refuses to move a
+    bridge at all)."""
     peer_ns = links.netns("p")
     port, parent, br = links.name("h0"), links.name("h1"), links.name("b0")
     links.veth(port, links.name("q0"), peer_ns)
