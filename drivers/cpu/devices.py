@@ -47,7 +47,6 @@ CORE_TYPE = f"{DRIVER}/coreType"
 CORE_ID = f"{DRIVER}/coreID"  # core granularity only
 CPUS = f"{DRIVER}/cpus"  # core granularity only: the CPU numbers, e.g. "0,16"
 
-MAX_NUMA_NODE = pciattrs.MAX_NUMA_NODE
 MAX_ATTRIBUTE_VALUES = 48  # per device, list elements counted one each (1.36+)
 MAX_STRING = 64
 
@@ -244,7 +243,7 @@ def _attributes(
 ) -> dict[str, AttributeValue]:
     attrs: dict[str, AttributeValue] = {KIND: "cpu"}
     lists = options.list_attributes
-    if g.numa is not None and 0 <= g.numa <= MAX_NUMA_NODE:
+    if g.numa is not None and 0 <= g.numa <= pciattrs.MAX_NUMA_NODE:
         attrs[NUMA_NODE] = pciattrs.numa_list(topo, g.numa) if lists else g.numa
     if g.package is not None:
         attrs[SOCKET] = g.package

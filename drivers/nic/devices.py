@@ -252,10 +252,10 @@ def virtual_nic(iface: NetInterface) -> Nic:
 def stacking_problem(iface: NetInterface, ports: Mapping[str, Sequence[str]]) -> str | None:
     """Why moving `iface` into a pod would break another interface of the host, or None.
 
-    Moving a netdev to another namespace unregisters it from this one: the kernel takes a port
-    out of its bridge or bond, a VLAN or macvlan on top stays on the host riding a link the pod
-    then controls, and a bond or bridge cannot be moved at all. `ports` maps each master to its
-    ports.
+    Moving a netdev to another namespace unregisters it from this one: a bridge port leaves its
+    bridge, a macvlan on top stays on the host riding a link the pod then controls, and a bridge
+    cannot be moved at all (seen on a 6.18 kernel; bonds and VLANs are treated alike, not tried).
+    `ports` maps each master to its ports.
     """
     if iface.master is not None:
         return f"interface {iface.name} is a port of {iface.master}"
@@ -266,8 +266,11 @@ def stacking_problem(iface: NetInterface, ports: Mapping[str, Sequence[str]]) ->
     return None
 
 
-def _candidates(topo: Topology, sel: Selection) -> Iterator[tuple[list[NetInterface], Callable[[], Nic]]]:
-    """Every NIC the machine has, before any is left out: its netdevs and how to build it."""
+def _candidates(
+    topo: Topology, sel: Selection
+) -> Iterator[tuple[list[NetInterface], str, Callable[[], Nic]]]:
+    """Every NIC the machine has, before any is left out: its netdevs, its device name and how to
+    build it (only the published ones are built)."""
     by_pci: dict[str, list[NetInterface]] = {}
     for iface in topo.net_interfaces:
         if iface.pci_address is not None and not iface.is_virtual:
@@ -275,15 +278,16 @@ def _candidates(topo: Topology, sel: Selection) -> Iterator[tuple[list[NetInterf
     for fn in topo.pci_devices:
         if is_network_function(topo, fn):
             ifaces = by_pci.get(fn.address, [])
-            yield ifaces, partial(pci_nic, topo, fn, ifaces, lists=sel.list_attributes)
+            make = partial(pci_nic, topo, fn, ifaces, lists=sel.list_attributes)
+            yield ifaces, device_name_for_pci(fn.address), make
     known = {p.address for p in topo.pci_devices}
     for address, ifaces in sorted(by_pci.items()):
         if address not in known and _BDF.match(address):
-            yield ifaces, partial(orphan_nic, address, ifaces)
+            yield ifaces, device_name_for_pci(address), partial(orphan_nic, address, ifaces)
     if sel.include_virtual:
         for iface in topo.net_interfaces:
             if iface.is_virtual and iface.name != "lo":
-                yield [iface], partial(virtual_nic, iface)
+                yield [iface], device_name_for_interface(iface.name), partial(virtual_nic, iface)
 
 
 def _withholding(
@@ -334,12 +338,12 @@ def partition(
     ports = _ports(topo)
     published: list[Nic] = []
     left_out: dict[str, str] = {}
-    for ifaces, make in _candidates(topo, sel):
+    for ifaces, name, make in _candidates(topo, sel):
         why = _withholding(ifaces, uplinks, sel, ports)
         if why is None:
             published.append(make())
         else:
-            left_out.setdefault(make().name, why)
+            left_out.setdefault(name, why)
     return _sorted_unique(published), left_out
 
 
