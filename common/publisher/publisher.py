@@ -57,6 +57,27 @@ _FEATURE_HINT = {
 }
 
 
+_DROPPED = "API server dropped fields: feature gate probably off; publishing without them"
+
+# Fields the server refuses instead of dropping (docs/design/resourceslices.md): the HTTP status,
+# the feature, words of its error message, and what the driver logs.
+_REFUSALS = (
+    # with DRAListTypeAttributes off a list value is dropped, and the empty attribute then fails
+    (422, compare.LIST_ATTRIBUTES, ("ints", "bools", "strings", "versions", "exactly one"), _DROPPED),
+    # a node whose kubelet does not declare the feature would not honour the mappings: publishing
+    # without them is better than publishing nothing (the devices are right; only the cpu
+    # accounting stays as it is without the flag)
+    (
+        403,
+        compare.NODE_ALLOCATABLE,
+        ("does not support DRANodeAllocatableResources",),
+        "the node does not declare DRANodeAllocatableResources (its kubelet runs without the "
+        "gate): publishing without nodeAllocatableResources; claimed CPUs are not counted "
+        "against the node's allocatable cpu",
+    ),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class PublisherStatus:
     """What the publisher knows now; cheap to take, safe to hand to other threads."""
@@ -410,9 +431,7 @@ class SlicePublisher:
         except ApiError as err:
             with self._cond:  # our view may be stale (conflict, or a write whose answer we lost)
                 self._need_relist = True
-            if body is not None and err.status == 422 and self._list_attributes_rejected(err, body):
-                return None
-            if body is not None and err.status == 403 and self._node_allocatable_refused(err, body):
+            if body is not None and self._refused(err, body):
                 return None
             raise
         metrics.SLICE_WRITES.labels(self.driver_name, verb).inc()
@@ -420,40 +439,22 @@ class SlicePublisher:
             self._writes[verb] += 1
         return result
 
-    def _list_attributes_rejected(self, err: ApiError, body: Mapping[str, Any]) -> bool:
-        """A list attribute is dropped and then fails validation when its gate is off
-        (docs/design/resourceslices.md)."""
+    def _refused(self, err: ApiError, body: Mapping[str, Any]) -> bool:
+        """Whether `err` refuses a field of `body` that the server does not drop (_REFUSALS): its
+        feature is turned off, and the caller writes the slice again at once without it. Also
+        when a parallel write of another slice turned it off first."""
         spec = body.get("spec") or {}
-        hint = any(word in err.reason for word in ("ints", "bools", "strings", "versions", "exactly one"))
-        if not hint or not compare.uses_list_attributes(spec):
-            return False
-        with self._cond:  # a parallel write of another slice may have found it first: retry all the same
-            if compare.LIST_ATTRIBUTES not in self._disabled:
-                self._feature_off({compare.LIST_ATTRIBUTES}, str(body.get("metadata", {}).get("name", "")))
-        return True
-
-    def _node_allocatable_refused(self, err: ApiError, body: Mapping[str, Any]) -> bool:
-        """With the gate on, the API server refuses (403) a slice with nodeAllocatableResources
-        for a node that does not declare the feature (a kubelet without it would not honour the
-        mappings). Publishing nothing would be worse than publishing without them: the devices
-        are still right, only the scheduler's cpu accounting stays as it is without the flag."""
-        if compare.NODE_ALLOCATABLE not in err.reason or "does not support" not in err.reason:
-            return False
-        devices = (body.get("spec") or {}).get("devices") or ()
-        if not any("nodeAllocatableResources" in d for d in devices):
-            return False
-        with self._cond:  # a parallel write of another slice may have found it first: retry all the same
-            if compare.NODE_ALLOCATABLE in self._disabled:
-                return True
-            self._disabled.add(compare.NODE_ALLOCATABLE)
-        self._log.warning(
-            "the node does not declare DRANodeAllocatableResources (its kubelet runs without the "
-            "gate): publishing without nodeAllocatableResources; claimed CPUs are not counted "
-            "against the node's allocatable cpu",
-            slice=str(body.get("metadata", {}).get("name", "")),
-            error=err.reason,
-        )
-        return True
+        for status, feature, words, message in _REFUSALS:
+            if err.status != status or not any(w in err.reason for w in words):
+                continue
+            if compare.strip_features(spec, {feature}) == spec:  # nothing of it in this slice
+                return False
+            with self._cond:
+                if feature not in self._disabled:
+                    name = str(body.get("metadata", {}).get("name", ""))
+                    self._feature_off({feature}, name, message, error=err.reason)
+            return True
+        return False
 
     def _stored(self, sent: Mapping[str, Any], stored: dict[str, Any] | None) -> None:
         if not stored:
@@ -465,14 +466,17 @@ class SlicePublisher:
             if dropped - self._disabled:
                 self._feature_off(dropped - self._disabled, name)
 
-    def _feature_off(self, features: set[str], slice_name: str) -> None:
+    def _feature_off(
+        self, features: set[str], slice_name: str, message: str = _DROPPED, **detail: str
+    ) -> None:
         """Expect what the server drops from now on, so we do not rewrite it in a loop."""
         self._disabled |= features
         for feature in sorted(features):
             self._log.warning(
-                "API server dropped fields: feature gate probably off; publishing without them",
+                message,
                 feature=feature,
                 fields=_FEATURE_HINT.get(feature, ""),
+                **detail,
                 slice=slice_name,
             )
 
