@@ -132,7 +132,7 @@ class Device:
     capacity: Mapping[str, Capacity] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     allow_multiple_allocations: bool = False
-    node_allocatable: Mapping[str, NodeAllocatable] = field(default_factory=dict)  # resource name ->
+    node_allocatable: Mapping[str, NodeAllocatable] = field(default_factory=dict)  # by resource (cpu)
 
     @property
     def uses_advanced_features(self) -> bool:

@@ -221,8 +221,8 @@ def _standard_attribute_problem(ident: str, value: AttributeValue) -> str | None
     return None
 
 
-# node-allocatable resources a mapping may name: a name without a domain or under
-# kubernetes.io, never an extended resource (nodeAllocatableResources in docs/design/resourceslices.md)
+# node-allocatable resources a mapping may name (the API takes node-allocatable names there, not
+# extended resources)
 _NODE_ALLOCATABLE = ("cpu", "memory", "ephemeral-storage")
 
 
