@@ -29,7 +29,7 @@ from topodra.drivers.cpu.devices import CAPACITY, build_devices
 from topodra.drivers.cpu.options import CpuOptions
 
 from tests.controlplane.cluster import ControlPlane, running_control_plane
-from tests.controlplane.objects import device_class_body, eventually
+from tests.controlplane.objects import device_class_body, eventually, pod_body
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 
@@ -97,14 +97,11 @@ def claim(cp: ControlPlane, name: str, request: dict[str, Any]) -> None:
 
 
 def pod(cp: ControlPlane, name: str, node_name: str, *, claim_name: str = "", cpu: str = "") -> None:
-    container: dict[str, Any] = {"name": "app", "image": "topodra.invalid/app:test"}
-    spec: dict[str, Any] = {"containers": [container], "nodeSelector": {"kubernetes.io/hostname": node_name}}
-    if claim_name:
-        spec["resourceClaims"] = [{"name": "cpus", "resourceClaimName": claim_name}]
-        container["resources"] = {"claims": [{"name": "cpus"}]}
+    claims = [{"name": "cpus", "resourceClaimName": claim_name}] if claim_name else []
+    body = pod_body(name, claims, {"kubernetes.io/hostname": node_name})
     if cpu:
-        container.setdefault("resources", {})["requests"] = {"cpu": cpu}
-    k8s.CoreV1Api(cp.admin).create_namespaced_pod("alloc", {"metadata": {"name": name}, "spec": spec})
+        body["spec"]["containers"][0]["resources"]["requests"] = {"cpu": cpu}
+    k8s.CoreV1Api(cp.admin).create_namespaced_pod("alloc", body)
 
 
 def scheduled(cp: ControlPlane, name: str) -> tuple[bool, str]:
