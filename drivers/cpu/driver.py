@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from topodra.common import logs
 from topodra.common.cdi.edits import ContainerEdits
+from topodra.common.inventory import Policy
 from topodra.common.publisher import quantity
 from topodra.common.runtime.claims import cdi_kind
 from topodra.common.runtime.config import describe_claim
@@ -207,6 +208,10 @@ class CpuDriver:
         self._log.info(f"restored CPU holdings of {count} claims")
         if self.exclusive is not None:  # another instance changed the checkpoint (a surge)
             self.exclusive.changed(0)
+
+    def inventory_policy(self) -> Policy:
+        """The default (the devices are fixed, scan()), with the operator's taint choice."""
+        return Policy(taint_unhealthy=self.options.taint_unhealthy)
 
     def check_health(self) -> Mapping[str, DeviceHealth]:
         return health.health(self.sysfs_root, {name: g.cpus for name, g in self.groups.items()})

@@ -20,6 +20,7 @@ from topodra.common.topology.parse import parse_cpulist
 from topodra.drivers.cpu.policy import fmt
 
 CPU_DIR = "sys/devices/system/cpu"
+OFFLINE_REASON = "CpuOffline"  # the taint value with --cpu-taint-unhealthy
 
 
 def cpu_online(root: Path, cpu: int) -> bool | None:
@@ -68,7 +69,7 @@ def device_health(root: Path, cpus: Iterable[int], online: frozenset[int] | None
         elif state is None:
             unknown.append(c)
     if offline:
-        return DeviceHealth(Health.UNHEALTHY, f"CPUs {fmt(offline)} are offline")
+        return DeviceHealth(Health.UNHEALTHY, f"CPUs {fmt(offline)} are offline", OFFLINE_REASON)
     if unknown:
         return DeviceHealth(Health.UNKNOWN, f"online state of CPUs {fmt(unknown)} cannot be read")
     return DeviceHealth(Health.HEALTHY)

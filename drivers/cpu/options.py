@@ -33,6 +33,9 @@ class CpuOptions:
     # each device says how many node-allocatable `cpu` an allocation of it takes (1.37
     # nodeAllocatableResources), so pods need not repeat claimed CPUs in their requests
     node_allocatable: bool = False
+    # devices with an offline CPU carry cpu.topodra.io/unhealthy:NoSchedule in the slice, so the
+    # scheduler stops choosing them (health is reported to the kubelet either way)
+    taint_unhealthy: bool = False
     hook_dir: Path = DEFAULT_HOOK_DIR  # host folder holding hooks/cpuset.sh
     # auto: every other container on the shared pool through NRI when the runtime offers it, the
     # CDI hook pins claim containers either way; hook: the CDI hook only; none: env only
@@ -114,6 +117,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Kubernetes 1.37+ with DRANodeAllocatableResources on the API server, scheduler and kubelet)",
     )
     group.add_argument(
+        "--cpu-taint-unhealthy",
+        action="store_true",
+        help="taint CPU devices with an offline CPU cpu.topodra.io/unhealthy:NoSchedule in the "
+        "ResourceSlice (needs DRADeviceTaints)",
+    )
+    group.add_argument(
         "--cpu-list-attributes",
         action="store_true",
         help="publish numaNode, pcieRoot and L3 ids as lists (needs DRAListTypeAttributes)",
@@ -169,6 +178,7 @@ def from_args(args: argparse.Namespace) -> CpuOptions:
         reserved=reserved,
         list_attributes=bool(getattr(args, "cpu_list_attributes", False)),
         node_allocatable=bool(getattr(args, "cpu_node_allocatable", False)),
+        taint_unhealthy=bool(getattr(args, "cpu_taint_unhealthy", False)),
         hook_dir=Path(getattr(args, "cpu_hook_dir", DEFAULT_HOOK_DIR)),
         pinning=getattr(args, "cpu_pinning", "auto"),
         pin_memory=getattr(args, "cpu_pin_memory", "auto"),

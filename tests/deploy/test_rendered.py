@@ -152,6 +152,7 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
         "reservedCpus": "0-1",
         "listAttributes": True,
         "nodeAllocatable": True,
+        "taintUnhealthy": True,
         "pinning": "none",
         "pinMemory": "off",
         "sharedMin": 2,
@@ -208,6 +209,7 @@ def test_chart_values_reach_every_driver_flag(non_default: dict[str, Obj]) -> No
     assert cpu.cpu_hook_dir == Path("/usr/libexec/topodra")
     assert (cpu.cpu_device_granularity, cpu.cpu_pinning, cpu.cpu_pin_memory) == ("core", "none", "off")
     assert cpu.cpu_list_attributes is True and cpu.cpu_node_allocatable is True
+    assert cpu.cpu_taint_unhealthy is True
     assert (cpu.cpu_shared_min, cpu.cpu_nri_socket) == (2, Path("/run/containerd/nri/nri.sock"))
     assert acc.accelerator_node_check == "exists" and acc.accelerator_taint_unhealthy is True
     assert acc.accelerator_rescan_interval == 2.5 and acc.accelerator_list_attributes is True

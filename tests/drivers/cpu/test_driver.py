@@ -37,6 +37,7 @@ from tests.drivers.cpu.kit import (
     new_uid,
 )
 from tests.kit.claims import claim_ref
+from tests.kit.inventory import published_list
 
 TREE = "hwloc--32intel64-2p8co2t+8ve"
 
@@ -493,6 +494,26 @@ def test_offline_cpu_makes_its_device_unhealthy(root: Path, tmp_path: Path) -> N
         d.check_health()["numa-1"] == d.check_health()["numa-1"]
         and d.check_health()["numa-1"].health is Health.UNHEALTHY
     )
+
+
+@pytest.mark.parametrize("taint", [True, False])
+def test_offline_cpu_taints_its_device_when_asked(root: Path, tmp_path: Path, taint: bool) -> None:
+    """What the publisher receives: with --cpu-taint-unhealthy the device with the offline CPU
+    carries cpu.topodra.io/unhealthy=CpuOffline:NoSchedule, the other none; without it, no taint."""
+    copy = tmp_path / "tree"  # CPUs and NUMA nodes are all the driver reads
+    shutil.copytree(root / "sys/devices/system", copy / "sys/devices/system", symlinks=True)
+    (copy / "sys/devices/system/cpu/online").unlink(missing_ok=True)
+    d = CpuDriver(discover(copy), CpuOptions(hook_dir=hook_dir(tmp_path), taint_unhealthy=taint), copy)
+
+    def taints() -> dict[str, list[tuple[str, str, str]]]:
+        return {x.name: [(t.key, t.value, t.effect) for t in x.taints] for x in published_list(d)}
+
+    assert taints() == {"numa-0": [], "numa-1": []}
+    (copy / "sys/devices/system/cpu/cpu3/online").write_text("0\n")
+    want = [(f"{layout.DRIVER}/unhealthy", "CpuOffline", "NoSchedule")] if taint else []
+    assert taints() == {"numa-0": want, "numa-1": []}
+    (copy / "sys/devices/system/cpu/cpu3/online").write_text("1\n")
+    assert taints() == {"numa-0": [], "numa-1": []}
 
 
 def test_cpu_without_online_file_is_online(root: Path, tmp_path: Path) -> None:
