@@ -10,23 +10,18 @@ checked against the devices' attributes, not only against the subrequest names.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import kubernetes.client as k8s
 import pytest
 from topodra.common.synth import build, load_spec_text
 
 from hack.bench import fallback
-from hack.bench.sim import driver_devices, node_slices
-from tests.controlplane.cluster import ControlPlane, api_resource, unique_name
+from tests.controlplane.allocation import ACC, NIC, Node, claim_namespace, submit
+from tests.controlplane.cluster import ControlPlane
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
-
-ACC, NIC = "accelerator.topodra.io", "nic.topodra.io"
-DEVICE_CLASSES = Path(__file__).resolve().parents[2] / "deploy" / "base" / "deviceclasses.yaml"
 
 
 def _cpu(cores: int) -> dict[str, Any]:
@@ -105,38 +100,10 @@ GROUP_MACHINE = {
 }
 
 
-class Node:
-    """A simulated node carrying the slices the real drivers build for one machine."""
-
-    def __init__(self, cp: ControlPlane, root: Path, prefix: str) -> None:
-        self.cp, self.name = cp, unique_name(prefix)
-        uid = cp.create_node(self.name)
-        self.slices = node_slices(self.name, uid, driver_devices(root))
-        api = api_resource(cp.dynamic, "ResourceSlice")
-        for body in self.slices:
-            api.create(body=body)
-        self.attrs: dict[tuple[str, str], dict[str, Any]] = {}
-        for s in self.slices:
-            for d in s["spec"]["devices"]:
-                flat = {k: next(iter(v.values())) for k, v in (d.get("attributes") or {}).items()}
-                self.attrs[(s["spec"]["driver"], d["name"])] = flat
-
-    def attr(self, result: dict[str, Any], key: str) -> Any:
-        return self.attrs[(result["driver"], result["device"])].get(key)
-
-
 @pytest.fixture(scope="module")
 def namespace(control_plane: ControlPlane) -> Iterator[str]:
-    ns = unique_name("fallback")
-    control_plane.apply_manifests([DEVICE_CLASSES])
-    core = k8s.CoreV1Api(control_plane.admin)
-    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
-    deadline = time.monotonic() + 60
-    while not core.list_namespaced_service_account(ns).items:
-        assert time.monotonic() < deadline, "no default ServiceAccount"
-        time.sleep(0.2)
-    yield ns
-    core.delete_namespace(ns)
+    with claim_namespace(control_plane, "fallback") as ns:
+        yield ns
 
 
 @pytest.fixture(scope="module")
@@ -155,45 +122,6 @@ def machines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         build(load_spec(name), root)
         out[name] = root
     return out
-
-
-def submit(
-    cp: ControlPlane, ns: str, node: Node, name: str, spec: dict[str, Any]
-) -> list[dict[str, Any]] | None:
-    """Creates the claim and a pod pinned to `node`; returns the allocation results, or None when
-    the scheduler reports that the claim does not fit."""
-    claims = api_resource(cp.dynamic, "ResourceClaim")
-    pods = api_resource(cp.dynamic, "Pod", "v1")
-    claims.create(namespace=ns, body={"metadata": {"name": name}, "spec": spec})
-    pod = {
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node.name},
-            "resourceClaims": [{"name": "devices", "resourceClaimName": name}],
-            "containers": [
-                {"name": "c", "image": "topodra.invalid/x", "resources": {"claims": [{"name": "devices"}]}}
-            ],
-            "terminationGracePeriodSeconds": 0,
-        },
-    }
-    pods.create(namespace=ns, body=pod)
-    deadline = time.monotonic() + 90
-    last = ""
-    while time.monotonic() < deadline:
-        got = claims.get(namespace=ns, name=name).to_dict()
-        alloc = (got.get("status") or {}).get("allocation")
-        if alloc:
-            results: list[dict[str, Any]] = alloc["devices"]["results"]
-            return results
-        p = pods.get(namespace=ns, name=name).to_dict()
-        for c in (p.get("status") or {}).get("conditions") or []:
-            message = c.get("message") or ""
-            last = message or last
-            if c.get("type") == "PodScheduled" and "cannot allocate all claims" in message:
-                return None
-            assert "timed out trying to allocate" not in message, f"{name}: {message}"
-        time.sleep(0.2)
-    raise AssertionError(f"{name}: no verdict from the scheduler in 90 s (last said: {last!r})")
 
 
 def pair_levels(results: Sequence[dict[str, Any]]) -> dict[int, tuple[str, str]]:
