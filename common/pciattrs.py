@@ -12,7 +12,12 @@ used by both, rather than two copies that drift.
   upstream rule); absent for hosts outside `sys/devices/pci...` (Hyper-V vPCI).
 - `resource.kubernetes.io/numaNode`: only when the kernel knows it; never -1, which would match
   every other device without affinity.
-- `topology.topodra.io/pcieSwitch`: the second bridge of the chain (a switch's upstream port).
+- `topology.topodra.io/pcieSwitch`: the second bridge of the chain (the upstream port of the
+  outermost switch).
+- `topology.topodra.io/pcieLeafSwitch`: the next-to-last bridge (the upstream port of the
+  innermost switch, the one the function hangs off). The same bridge as pcieSwitch unless
+  switches are nested; then a GPU and a NIC on one leaf switch (PIX) match on it, and two on
+  different leaves of one switch tree (PXB) only on pcieSwitch.
 - `topology.topodra.io/socket`: the package index (packages ordered by lowest CPU).
 - `topology.topodra.io/kind`: which driver's kind of device this is (`cpu`, `accelerator`,
   `nic`), the same for every device of a driver. Constraints compare attributes, never drivers:
@@ -37,6 +42,7 @@ PCI_BUS_ID = f"{STD}/pciBusID"
 PCIE_ROOT = f"{STD}/pcieRoot"
 NUMA_NODE = f"{STD}/numaNode"
 PCIE_SWITCH = f"{TOPO}/pcieSwitch"
+PCIE_LEAF_SWITCH = f"{TOPO}/pcieLeafSwitch"
 SOCKET = f"{TOPO}/socket"
 KIND = f"{TOPO}/kind"
 
@@ -110,8 +116,9 @@ def numa_list(topo: Topology, node: int) -> tuple[int, ...]:
 
 
 def locality_attributes(topo: Topology, fn: PciFunction, *, lists: bool = False) -> dict[str, AttributeValue]:
-    """pciBusID, pcieRoot, numaNode, pcieSwitch and socket of `fn`, each only when known;
-    numaNode in its list form with `lists` (`numa_list`, needs DRAListTypeAttributes)."""
+    """pciBusID, pcieRoot, numaNode, pcieSwitch, pcieLeafSwitch and socket of `fn`, each only
+    when known; numaNode in its list form with `lists` (`numa_list`, needs
+    DRAListTypeAttributes)."""
     attrs: dict[str, AttributeValue] = {}
     bus_id = pci_bus_id(fn.address)
     if bus_id is not None:
@@ -122,6 +129,9 @@ def locality_attributes(topo: Topology, fn: PciFunction, *, lists: bool = False)
         attrs[NUMA_NODE] = numa_list(topo, fn.numa_node) if lists else fn.numa_node
     if fn.pcie_switch and len(fn.pcie_switch) <= MAX_STRING:
         attrs[PCIE_SWITCH] = fn.pcie_switch
+    leaf = fn.pcie_leaf_switch
+    if leaf and len(leaf) <= MAX_STRING:
+        attrs[PCIE_LEAF_SWITCH] = leaf
     pkg = topo.package_of_pci(fn.address)
     if pkg is not None:
         attrs[SOCKET] = pkg.index

@@ -27,6 +27,7 @@ PCI_BUS_ID = pciattrs.PCI_BUS_ID
 PCIE_ROOT = pciattrs.PCIE_ROOT
 NUMA_NODE = pciattrs.NUMA_NODE
 PCIE_SWITCH = pciattrs.PCIE_SWITCH
+PCIE_LEAF_SWITCH = pciattrs.PCIE_LEAF_SWITCH
 SOCKET = pciattrs.SOCKET
 
 SCALAR_KINDS = ("int", "bool", "string", "version")

@@ -1,14 +1,16 @@
 """What the machine says a matched device's locality is, from topodra's discovery.
 
 The values are read from the discovered `Topology` directly (a PCI function's `pcie_root`,
-`numa_node`, `pcie_switch`, its package), not through the functions topodra's drivers publish
-with, so that a driver bug (topodra's own included) shows up as a disagreement.
+`numa_node`, `pcie_switch`, `pcie_leaf_switch`, its package), not through the functions
+topodra's drivers publish with, so that a driver bug (topodra's own included) shows up as a
+disagreement.
 
 For a PCI function: its address in the upstream form (none for 5-hex VMD domains, which upstream
-cannot express), its root complex, its NUMA node (unknown when the kernel says -1), the switch it
-sits behind and its socket. For a set of CPUs (a CPU driver's device): the one NUMA node and
-socket of all of them (unknown when they span several), and the roots whose CPU affinity
-overlaps them, which is what a list-valued pcieRoot on a CPU device means.
+cannot express), its root complex, its NUMA node (unknown when the kernel says -1), the switches
+it sits behind (outermost and innermost) and its socket. For a set of CPUs (a CPU driver's
+device): the one NUMA node and socket of all of them (unknown when they span several), and the
+roots whose CPU affinity overlaps them, which is what a list-valued pcieRoot on a CPU device
+means.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Truth:
     numa: int | None = None
     numa_unknown_why: str = ""  # why `numa` is None for a device that has a place
     switch: str | None = None
+    leaf_switch: str | None = None
     socket: int | None = None
     # CPU devices matched by a NUMA node that spans sockets (socket None): those sockets. The
     # device may hold only some of the node's CPUs (the rest reserved or kept shared), all on one
@@ -59,6 +62,7 @@ def truth_of(topo: Topology, ident: Identity) -> Truth:
                 numa=fn.numa_node if fn.numa_node is not None and fn.numa_node >= 0 else None,
                 numa_unknown_why="the kernel reports no NUMA node for it (numa_node -1)",
                 switch=fn.pcie_switch,
+                leaf_switch=fn.pcie_leaf_switch,
                 socket=pkg.index if pkg is not None else None,
                 single_node=single,
             )

@@ -10,7 +10,7 @@ Severities follow what a claim would suffer:
 - info: what cannot be verified (a device the check could not find on the machine).
 
 pciBusID, pcieRoot and numaNode are expected from every driver; topodra's own
-`topology.topodra.io/pcieSwitch` and `socket` only from a driver that speaks that vocabulary
+`topology.topodra.io/pcieSwitch`, `pcieLeafSwitch` and `socket` only from a driver that speaks that vocabulary
 (publishes any `topology.topodra.io` attribute). Attributes under a driver's own domain that
 name NUMA or a PCI address are checked too (an SR-IOV driver's -1 is as misleading there).
 """
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from topodra.common.check.attrs import (
     NUMA_NODE,
     PCI_BUS_ID,
+    PCIE_LEAF_SWITCH,
     PCIE_ROOT,
     PCIE_SWITCH,
     SOCKET,
@@ -39,12 +40,13 @@ from topodra.common.topology.model import Topology
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 STANDARD = (PCI_BUS_ID, PCIE_ROOT, NUMA_NODE)
-TOPODRA = (PCIE_SWITCH, SOCKET)
+TOPODRA = (PCIE_SWITCH, PCIE_LEAF_SWITCH, SOCKET)
 SHORT = {
     PCI_BUS_ID: "pciBusID",
     PCIE_ROOT: "pcieRoot",
     NUMA_NODE: "numaNode",
     PCIE_SWITCH: "pcieSwitch",
+    PCIE_LEAF_SWITCH: "pcieLeafSwitch",
     SOCKET: "socket",
 }
 
@@ -83,7 +85,11 @@ def check_device(
         _numa(topo, dev, truth),
     ]
     if topodra:
-        checks += [_switch(dev, truth), _socket(dev, truth)]
+        checks += [
+            _switch(dev, PCIE_SWITCH, truth.switch, truth),
+            _switch(dev, PCIE_LEAF_SWITCH, truth.leaf_switch, truth),
+            _socket(dev, truth),
+        ]
     extra: list[Finding] = []
     if not ident.matched:
         extra.append(
@@ -241,21 +247,21 @@ def _numa(topo: Topology, dev: SliceDevice, t: Truth) -> AttributeCheck:
     return _one(name, v, machine, "wrong", ERROR, f"{v.show()} but {t.numa_unknown_why}")
 
 
-def _switch(dev: SliceDevice, t: Truth) -> AttributeCheck:
-    name = PCIE_SWITCH
+def _switch(dev: SliceDevice, name: str, switch: str | None, t: Truth) -> AttributeCheck:
+    """pcieSwitch or pcieLeafSwitch against `switch`, the machine's bridge for that name."""
     v = dev.attributes.get(name)
-    machine = (t.switch or "none") if t.is_pci else "-"
+    machine = (switch or "none") if t.is_pci else "-"
     if v is None:
-        if t.switch:
-            return _one(name, v, machine, "missing", WARNING, f"missing (machine: {t.switch})")
+        if switch:
+            return _one(name, v, machine, "missing", WARNING, f"missing (machine: {switch})")
         return AttributeCheck(name, v, machine, "absent", ())
     bad = _malformed(v, "string", scalar_only=True)
     if bad:
         return _one(name, v, machine, "malformed", ERROR, bad)
     if not t.found:
         return _one(name, v, "?", "unverified", INFO, f"{v.show()}: the device was not found")
-    if v.value != t.switch:
-        where = f"behind {t.switch}" if t.switch else "behind no PCIe switch"
+    if v.value != switch:
+        where = f"behind {switch}" if switch else "behind no PCIe switch"
         return _one(name, v, machine, "wrong", ERROR, f"{v.show()} but the device is {where}")
     return AttributeCheck(name, v, machine, "ok", ())
 

@@ -15,6 +15,12 @@ from topodra.common.synth.plan import Plan
 MANIFEST = "synth-manifest.json"
 
 
+def leaf_switch(plan: Plan, bridges: tuple[str, ...]) -> str | None:
+    """The upstream port of the innermost switch above a function, from the roles the plan gave
+    its bridges (not from discovery's position rule, which this checks)."""
+    return next((b for b in reversed(bridges) if plan.function(b).role == "switch_upstream"), None)
+
+
 def manifest(plan: Plan) -> dict[str, Any]:
     online = set(plan.online)
     packages: dict[int, list[int]] = {}
@@ -75,6 +81,7 @@ def manifest(plan: Plan) -> dict[str, Any]:
                 "root": f.root,
                 "bridges": list(f.bridges),
                 "pcie_switch": f.pcie_switch,
+                "pcie_leaf_switch": leaf_switch(plan, f.bridges),
                 "driver": f.driver,
                 "iommu_group": f.iommu_group,
                 "link": {"gen": f.link.gen, "width": f.link.width} if f.link else None,

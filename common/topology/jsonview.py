@@ -52,6 +52,7 @@ def _pci(p: PciFunction) -> dict[str, Any]:
         "root_bus": p.root_bus,
         "bridges": None if p.bridges is None else list(p.bridges),
         "pcie_switch": p.pcie_switch,
+        "pcie_leaf_switch": p.pcie_leaf_switch,
         "local_cpus": list(p.local_cpus),
         "driver": p.driver,
         "iommu_group": p.iommu_group,

@@ -198,6 +198,18 @@ class PciFunction:
         return self.class_code is not None and self.class_code >> 8 == _BRIDGE_PCI_CLASS
 
     @property
+    def pcie_leaf_switch(self) -> str | None:
+        """The upstream port of the innermost switch above it: the chain's next-to-last bridge
+        (the last is that switch's downstream port), under the same condition as `pcie_switch`.
+
+        Two functions with the same leaf switch talk through one switch (nvidia-smi's PIX); two
+        that share only `pcie_switch` cross nested switches (PXB). With one level of switches
+        both are the same bridge.
+        """
+        b = self.bridges
+        return b[-2] if b is not None and len(b) >= 3 else None
+
+    @property
     def is_network(self) -> bool:
         return self.base_class == _NETWORK_BASE_CLASS
 

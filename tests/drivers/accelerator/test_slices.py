@@ -126,6 +126,7 @@ def test_synthetic_machine_slices_are_valid_and_true(
         assert a.get(f"{DRIVER}/kernelDriver") == p["driver"]
         assert a.get(f"{DRIVER}/iommuGroup") == p["iommu_group"]
         assert a.get(f"{truth.TOPO}/pcieSwitch") == p["pcie_switch"]
+        assert a.get(f"{truth.TOPO}/pcieLeafSwitch") == truth.leaf_switch(p)
         if p["role"] == "vf":
             assert a[f"{DRIVER}/sriovPhysicalFunction"] == p["physfn"]
             pf = next(q for q in m["pci"] if q["bdf"] == p["physfn"])

@@ -163,6 +163,7 @@ def check_pci_truth(root: Path, acc: Accelerator, p: Mapping[str, Any], socket: 
     assert a.get(f"{STD}/numaNode") != -1, where
     switch = p["bridges"][1] if len(p["bridges"]) >= 3 else None
     assert a.get(f"{TOPO}/pcieSwitch") == switch, where
+    assert a.get(f"{TOPO}/pcieLeafSwitch") == leaf_switch(p), where
     assert a.get(f"{TOPO}/socket") == socket, where
     assert a[f"{DRIVER}/vendorId"] == f"0x{p['vendor']}", where
     assert a[f"{DRIVER}/deviceId"] == f"0x{p['device']}", where
@@ -219,3 +220,13 @@ def assert_valid(devices: Sequence[Device]) -> None:
             body["metadata"]["name"] = body["metadata"]["generateName"] + "abcde"
             for version in SCHEMAS:
                 kubernetes_validate.validate(body, version, strict=True)
+
+
+def leaf_switch(p: dict[str, Any]) -> str | None:
+    """A synthetic manifest's leaf switch (from the roles its plan gave the bridges); for a
+    captured machine's expected.json, which has no roles, the next-to-last bridge."""
+    if "pcie_leaf_switch" in p:
+        leaf: str | None = p["pcie_leaf_switch"]
+        return leaf
+    bridges = p["bridges"]
+    return str(bridges[-2]) if len(bridges) >= 3 else None

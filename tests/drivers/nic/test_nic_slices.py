@@ -33,6 +33,7 @@ from topodra.drivers.nic.devices import (
 )
 
 from tests.conftest import FixtureTrees, fixture_names
+from tests.drivers.accelerator.truth import leaf_switch
 from tests.drivers.nic.conftest import SYNTH_NAMES, SynthTree
 from tests.kit.sysfs import basic_machine
 
@@ -148,6 +149,7 @@ def test_captured_machine_slices_are_valid_and_true(fixture_trees: FixtureTrees,
                 assert attrs[f"{STD}/pcieRoot"] == p["root"]
         switch = p["bridges"][1] if len(p["bridges"]) >= 3 else None
         assert attrs.get("topology.topodra.io/pcieSwitch") == switch
+        assert attrs.get("topology.topodra.io/pcieLeafSwitch") == leaf_switch(p)
         assert attrs.get("topology.topodra.io/socket") == socket_index(expected, p["numa"], p["local_cpus"])
 
     # every interface the tree puts on a network function is the one we publish for it
@@ -234,6 +236,7 @@ def test_synthetic_machine_slices_are_valid_and_true(
         assert a[f"{STD}/pcieRoot"] == p["root"]
         assert a.get(f"{STD}/numaNode") == p["numa"]
         assert a.get("topology.topodra.io/pcieSwitch") == p["pcie_switch"]
+        assert a.get("topology.topodra.io/pcieLeafSwitch") == leaf_switch(p)
         if p["numa"] is not None:
             assert a["topology.topodra.io/socket"] == index_of_package[socket_of_node[p["numa"]]]
         assert a[f"{DRIVER}/vendorId"] == f"0x{p['vendor']}"

@@ -198,10 +198,19 @@ def test_topodra_vocabulary_is_checked_for_drivers_that_speak_it(
     slices = copy.deepcopy(all_slices)
     s = next(s for s in slices if s["spec"]["driver"] == TOPODRA[1])
     dev = s["spec"]["devices"][0]
+    assert "topology.topodra.io/pcieLeafSwitch" in dev["attributes"]
     dev["attributes"]["topology.topodra.io/pcieSwitch"] = {"string": "0000:99:00.0"}
+    dev["attributes"]["topology.topodra.io/pcieLeafSwitch"] = {"string": "0000:98:00.0"}
     dev["attributes"]["topology.topodra.io/socket"] = {"int": 5}
     got = {(k[2], k[3]) for k in report_findings(report_of(root, slices)) if k[0] == TOPODRA[1]}
-    assert got == {("topology.topodra.io/pcieSwitch", "wrong"), ("topology.topodra.io/socket", "wrong")}
+    assert got == {
+        ("topology.topodra.io/pcieSwitch", "wrong"),
+        ("topology.topodra.io/pcieLeafSwitch", "wrong"),
+        ("topology.topodra.io/socket", "wrong"),
+    }
+    del dev["attributes"]["topology.topodra.io/pcieLeafSwitch"]  # an older topodra: told, not failed
+    got = {k[2:] for k in report_findings(report_of(root, slices)) if k[0] == TOPODRA[1]}
+    assert ("topology.topodra.io/pcieLeafSwitch", "missing", "warning") in got
 
 
 def test_alignment_only_through_minus_one_is_called_false(

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from synth_cases import ALL, Built, spec_of
 from topodra.common.synth import Plan, SpecError, build, make_plan, parse_spec
 from topodra.common.synth.spec import LinkSpec
+from topodra.common.topology import discover
 
 from tests.conftest import skip_or_fail
 from tests.kit import hwloc
@@ -269,6 +270,33 @@ def test_each_gpu_shares_a_switch_with_exactly_one_nic(
         package = next(a for a in gpu.ancestors() if a.type == "Package")
         per_package[package.attrs["os_index"]] = per_package.get(package.attrs["os_index"], 0) + 1
     assert per_package == {"0": 4, "1": 4}
+
+
+def test_nested_switches_leaf_and_outermost_switch_as_hwloc_sees_them(
+    hwloc_view: Callable[[str], tuple[Built, HwTopology]],
+) -> None:
+    """Two levels of switches: hwloc's bridge chain above each GPU is root port, top switch up
+    and down port, leaf switch up and down port. Discovery's pcieSwitch is the top switch's
+    upstream port and pcieLeafSwitch the leaf's, under which hwloc finds exactly that GPU and
+    one NIC; under the top switch, two GPUs and two NICs."""
+    built, topo = hwloc_view("2s-8acc-8nic-pxb")
+    ours = discover(built.root)
+    gpus = [o for o in topo.of("PCIDev") if _pci_class(o) == "0302"]
+    assert len(gpus) == 8
+    leaves = set()
+    for gpu in gpus:
+        bridges = [a for a in reversed(gpu.ancestors()) if a.type == "Bridge" and "pci_busid" in a.attrs]
+        assert len(bridges) == 5
+        fn = ours.pci(gpu.attrs["pci_busid"])
+        assert fn is not None
+        assert fn.pcie_switch == bridges[1].attrs["pci_busid"]
+        assert fn.pcie_leaf_switch == bridges[3].attrs["pci_busid"] != fn.pcie_switch
+        leaves.add(fn.pcie_leaf_switch)
+        under_leaf = [o for o in topo.of("PCIDev") if bridges[3] in o.ancestors()]
+        assert sorted(_pci_class(o) for o in under_leaf) == ["0200", "0302"]
+        under_top = [o for o in topo.of("PCIDev") if bridges[1] in o.ancestors()]
+        assert sorted(_pci_class(o) for o in under_top) == ["0200", "0200", "0302", "0302"]
+    assert len(leaves) == 8
 
 
 def test_hwloc_needs_no_procfs(synth_base: Path) -> None:
