@@ -1,6 +1,8 @@
 """The locality level of each accelerator-NIC pair of an allocation (or of a fit).
 
-Levels nest: one PCIe switch, one root complex, one NUMA node, one socket, none. A claim that
+Levels nest: one PCIe switch, one root complex, one NUMA node, one socket, none; where switches
+are nested, one leaf switch comes first (the same leaf below the outermost switch: nvidia-smi
+PIX, as `topodra inspect`'s LEAF, common/topology/locality.py). A claim that
 does not say which NIC serves which accelerator (a count request, a group) is read with the best
 one-to-one pairing, as the placement study scores it; the subrequest the allocation recorded
 ("accelerator-0/root") is reported beside it.
@@ -15,8 +17,10 @@ from topodra.common.explain.inventory import Device
 
 ACCELERATOR = "accelerator.topodra.io"
 NIC = "nic.topodra.io"
+LEAF = "leaf"
+LEAF_KEY, SWITCH_KEY = "topology.topodra.io/pcieLeafSwitch", "topology.topodra.io/pcieSwitch"
 LEVELS = (
-    ("switch", "topology.topodra.io/pcieSwitch"),
+    ("switch", SWITCH_KEY),
     ("root", "resource.kubernetes.io/pcieRoot"),
     ("numa", "resource.kubernetes.io/numaNode"),
     ("socket", "topology.topodra.io/socket"),
@@ -29,19 +33,29 @@ MAX_PAIRING = 16  # NICs the exhaustive pairing considers
 class Pair:
     accelerator: str
     nic: str | None
-    level: str  # switch | root | numa | socket | none | "no NIC"
+    level: str  # leaf | switch | root | numa | socket | none | "no NIC"
     recorded: str | None  # the subrequest the allocation names for the accelerator
 
 
+def _shared(a: Device, b: Device, key: str) -> bool:
+    x, y = a.attr(key), b.attr(key)
+    return x is not None and y is not None and x.kind != "invalid" and bool(set(x.items) & set(y.items))
+
+
 def level(a: Device, b: Device) -> str:
+    if _shared(a, b, LEAF_KEY):
+        leaf, top = a.attr(LEAF_KEY), a.attr(SWITCH_KEY)
+        if top is None or leaf is None or set(leaf.items) != set(top.items):  # a nested leaf
+            return LEAF
     for name, key in LEVELS:
-        x, y = a.attr(key), b.attr(key)
-        if x is not None and y is not None and x.kind != "invalid" and set(x.items) & set(y.items):
+        if _shared(a, b, key):
             return name
     return NONE
 
 
 def _rank(name: str) -> int:
+    if name == LEAF:
+        return -1
     return [n for n, _ in LEVELS].index(name) if name != NONE else len(LEVELS)
 
 

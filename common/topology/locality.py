@@ -1,15 +1,19 @@
-"""How close two PCI functions are, in five vendor-neutral steps (closest first), each the
+"""How close two PCI functions are, in six vendor-neutral steps (closest first), each the
 claim attribute the two devices share at that step.
 
 The steps are defined by the attributes the drivers publish (common/pciattrs.py), not by the
 bridge chain, so what `topodra inspect` prints is exactly what a claim's `matchAttribute` can
 align: SW means both devices carry the same `topology.topodra.io/pcieSwitch`, and so on.
 
-SW    same PCIe switch       topology.topodra.io/pcieSwitch   nvidia-smi: PIX or PXB
-ROOT  same root complex      resource.kubernetes.io/pcieRoot  nvidia-smi: PHB
-NUMA  same NUMA node         resource.kubernetes.io/numaNode  nvidia-smi: NODE
-SOCK  same socket            topology.topodra.io/socket       nvidia-smi: SYS (no code of its own)
-SYS   nothing in common, or unknown                           nvidia-smi: SYS
+LEAF  same nested switch     topology.topodra.io/pcieLeafSwitch  nvidia-smi: PIX
+SW    same PCIe switch       topology.topodra.io/pcieSwitch      nvidia-smi: PIX or PXB
+ROOT  same root complex      resource.kubernetes.io/pcieRoot     nvidia-smi: PHB
+NUMA  same NUMA node         resource.kubernetes.io/numaNode     nvidia-smi: NODE
+SOCK  same socket            topology.topodra.io/socket          nvidia-smi: SYS (no code of its own)
+SYS   nothing in common, or unknown                              nvidia-smi: SYS
+
+LEAF is shown only where switches are nested (the shared leaf switch lies below the outermost
+one); with one level of switches the two attributes hold the same bridge and SW says it all.
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ from topodra.common.topology.model import PciFunction, Topology
 
 class Locality(IntEnum):
     SELF = 0
-    SW = 1
-    ROOT = 2
-    NUMA = 3
-    SOCK = 4
-    SYS = 5
+    LEAF = 1
+    SW = 2
+    ROOT = 3
+    NUMA = 4
+    SOCK = 5
+    SYS = 6
 
     @property
     def label(self) -> str:
@@ -45,6 +50,12 @@ class Level:
 
 LEVELS: dict[Locality, Level] = {
     Locality.SELF: Level("X", "the device itself", None, "X"),
+    Locality.LEAF: Level(
+        "LEAF",
+        "behind the same leaf switch of nested PCIe switches: traffic crosses that switch only",
+        "topology.topodra.io/pcieLeafSwitch",
+        "PIX",
+    ),
     Locality.SW: Level(
         "SW",
         "behind the same PCIe switch: traffic between them stays in the switch",
@@ -83,7 +94,8 @@ def locality(t: Topology, a: PciFunction, b: PciFunction) -> Locality:
     if a.address == b.address:
         return Locality.SELF
     if a.pcie_switch is not None and a.pcie_switch == b.pcie_switch:
-        return Locality.SW
+        leaf = a.pcie_leaf_switch
+        return Locality.LEAF if leaf != a.pcie_switch and leaf == b.pcie_leaf_switch else Locality.SW
     if a.pcie_root is not None and a.pcie_root == b.pcie_root:
         return Locality.ROOT
     if a.numa_node is not None and a.numa_node >= 0 and a.numa_node == b.numa_node:

@@ -7,7 +7,8 @@ print them). Says per request (and subrequest) how many devices could match and 
 others out, evaluating DeviceClass and request selectors with a CEL library (an expression it
 cannot evaluate is named as such), whether the whole claim fits (searched in the scheduler's
 order) and, when not, which constraint or request blocks it; for an allocated claim, the
-locality level of each accelerator-NIC pair (switch / root / numa / socket / none).
+locality level of each accelerator-NIC pair (leaf / switch / root / numa / socket / none; leaf
+only where switches are nested).
 
 Exit status: 0 when the claim is allocated or would fit, 1 when it would not fit, 2 when the
 input or a flag is wrong (one line says which).

@@ -32,6 +32,7 @@ FILL = {
     "numa": ("#fff7d6", "#a08a2a"),  # NUMA: yellow
     "root": ("#e6f4e6", "#4d8a4d"),  # ROOT: green
     "switch": ("#c9eac9", "#2d6e2d"),  # SW: bold green
+    "leaf": ("#c9ecec", "#1f6e6e"),  # LEAF: bold cyan
     "bare": ("#f4f4f4", "#9a9a9a"),  # devices on root ports (no switch)
     "accelerators": ("#d9eef8", "#2b6c8f"),
     "nics": ("#dfe5fb", "#3a4fa0"),
@@ -139,6 +140,7 @@ def build_boxes(view: View) -> Box:
     sockets: dict[int | None, Box] = {}
     numas: dict[tuple[int | None, int | None], Box] = {}
     roots: dict[tuple[int | None, int | None, str | None], Box] = {}
+    switches: dict[tuple[int | None, int | None, str | None, str], Box] = {}
     for pkg in t.packages:
         sockets[pkg.index] = Box(
             "socket",
@@ -174,13 +176,22 @@ def build_boxes(view: View) -> Box:
             bare = Box("bare", ["on root ports (no switch)"], devices)
             roots[rkey].children.append(bare)
         else:
-            roots[rkey].children.append(
-                Box(
-                    "switch",
-                    [f"PCIe switch {b.switch}", f"topology.topodra.io/pcieSwitch={b.switch}"],
-                    devices,
+            skey = (*rkey, b.switch)
+            if skey not in switches:
+                switches[skey] = Box(
+                    "switch", [f"PCIe switch {b.switch}", f"topology.topodra.io/pcieSwitch={b.switch}"]
                 )
-            )
+                roots[rkey].children.append(switches[skey])
+            if b.leaf is None:
+                switches[skey].children.extend(devices)
+            else:
+                switches[skey].children.append(
+                    Box(
+                        "leaf",
+                        [f"leaf switch {b.leaf}", f"topology.topodra.io/pcieLeafSwitch={b.leaf}"],
+                        devices,
+                    )
+                )
     for (sock, numa, _), box in roots.items():
         numas[(sock, numa)].children.append(box)
     for (sock, _), box in numas.items():
@@ -196,6 +207,7 @@ def build_boxes(view: View) -> Box:
 
 def _legend(y: float) -> tuple[list[str], float]:
     rows = [
+        ("leaf", "leaf switch of nested switches: topology.topodra.io/pcieLeafSwitch (nvidia-smi PIX)"),
         ("switch", "PCIe switch: topology.topodra.io/pcieSwitch (nvidia-smi PIX/PXB)"),
         ("root", "root complex: resource.kubernetes.io/pcieRoot (PHB)"),
         ("numa", "NUMA node: resource.kubernetes.io/numaNode (NODE)"),

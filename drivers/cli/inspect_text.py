@@ -17,6 +17,7 @@ from topodra.drivers.cli.term import Paint
 MATRIX_MAX = 24  # devices; past this a text matrix is wider than a wide terminal
 LEVEL_STYLE = {
     Locality.SELF: "dim",
+    Locality.LEAF: "bold-cyan",
     Locality.SW: "bold-green",
     Locality.ROOT: "green",
     Locality.NUMA: "yellow",
@@ -180,6 +181,7 @@ def _pci_section(view: View, paint: Paint, wide: bool) -> list[str]:
         if p.address in shown and p.address not in folded:
             by_root.setdefault(p.pcie_root or p.root_bus or "(unknown root)", []).append(p)
     switches = {p.pcie_switch for p in t.pci_devices if p.pcie_switch}
+    leaves = {p.pcie_leaf_switch for p in t.pci_devices if p.pcie_leaf_switch and not p.is_bridge} - switches
     for root, members in by_root.items():
         info = t.pcie_root(root)
         extra = ""
@@ -191,6 +193,7 @@ def _pci_section(view: View, paint: Paint, wide: bool) -> list[str]:
             indent = "    " + "  " * len(p.bridges or ())
             owner = view.by_address.get(p.address)
             sw = f"  [switch {p.address}]" if p.address in switches else ""
+            sw = f"  [leaf switch {p.address}]" if p.address in leaves else sw
             lines.append(indent + _describe(t, p, owner, paint, wide) + sw)
             if owner is not None and owner.fn is p and owner.vfs and not wide:
                 lines.append(indent + "  " + _vf_summary(t, owner))
@@ -232,6 +235,8 @@ def _block_head(view: View, b: Block, depth: int, paint: Paint) -> str:
         if b.root is None:
             return "root complex unknown (no pcieRoot attribute)"
         return f"root complex {b.root}  " + paint(f"resource.kubernetes.io/pcieRoot={b.root}", "green")
+    if depth == 4:
+        return f"leaf switch {b.leaf}  " + paint(f"topology.topodra.io/pcieLeafSwitch={b.leaf}", "bold-cyan")
     if b.switch is None:
         return "not behind a PCIe switch (on a root port)"
     return f"PCIe switch {b.switch}  " + paint(f"topology.topodra.io/pcieSwitch={b.switch}", "bold-green")
@@ -247,13 +252,14 @@ def _groups_section(view: View, paint: Paint) -> list[str]:
     ]
     previous: tuple[object, ...] = ()
     for b in blocks:
-        key = (b.socket, b.numa, b.root, b.switch)
-        for depth in range(4):
+        key = (b.socket, b.numa, b.root, b.switch, b.leaf)
+        levels = 5 if b.leaf is not None else 4  # a leaf switch only where switches are nested
+        for depth in range(levels):
             if previous[: depth + 1] != key[: depth + 1]:
                 lines.append("  " + "  " * depth + _block_head(view, b, depth, paint))
         previous = key
         for item in b.items:
-            lines.append("          " + _item_line(view, item, paint))
+            lines.append("  " + "  " * levels + _item_line(view, item, paint))
     return lines
 
 

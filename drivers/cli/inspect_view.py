@@ -60,12 +60,14 @@ class Item:
 
 @record
 class Block:
-    """Devices that share every locality attribute down to `switch` (None: not known / none)."""
+    """Devices that share every locality attribute down to `switch` (None: not known / none),
+    and `leaf`, the leaf switch, where switches are nested (None: on the outermost switch)."""
 
     socket: int | None
     numa: int | None
     root: str | None
     switch: str | None
+    leaf: str | None
     items: tuple[Item, ...]
 
 
@@ -83,14 +85,16 @@ class View:
         return sorted((i for i in self.items if i.kind in kinds), key=lambda i: order.index(i.kind))
 
     def blocks(self) -> list[Block]:
-        keyed: dict[tuple[int | None, int | None, str | None, str | None], list[Item]] = {}
+        Key = tuple[int | None, int | None, str | None, str | None, str | None]
+        keyed: dict[Key, list[Item]] = {}
         for item in self.items:
             fn = item.fn
             pkg = self.topology.package_of_pci(fn.address)
-            key = (None if pkg is None else pkg.index, fn.numa_node, fn.pcie_root, fn.pcie_switch)
+            leaf = fn.pcie_leaf_switch if fn.pcie_leaf_switch != fn.pcie_switch else None
+            key = (None if pkg is None else pkg.index, fn.numa_node, fn.pcie_root, fn.pcie_switch, leaf)
             keyed.setdefault(key, []).append(item)
 
-        def order(k: tuple[int | None, int | None, str | None, str | None]) -> tuple[object, ...]:
+        def order(k: Key) -> tuple[object, ...]:
             return tuple((v is None, v if v is not None else 0) for v in k)
 
         return [Block(*k, items=tuple(keyed[k])) for k in sorted(keyed, key=order)]

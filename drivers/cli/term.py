@@ -21,6 +21,7 @@ CODES = {
     "magenta": "35",
     "cyan": "36",
     "bold-green": "1;32",
+    "bold-cyan": "1;36",
 }
 
 

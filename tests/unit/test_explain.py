@@ -25,6 +25,7 @@ def dev(driver: str, name: str, **attrs: Any) -> Device:
     for k, v in attrs.items():
         key = {
             "switch": "topology.topodra.io/pcieSwitch",
+            "leaf": "topology.topodra.io/pcieLeafSwitch",
             "root": "resource.kubernetes.io/pcieRoot",
             "numa": "resource.kubernetes.io/numaNode",
             "socket": "topology.topodra.io/socket",
@@ -115,6 +116,20 @@ def test_best_locality_takes_the_levels_in_order_and_the_pairs_say_so() -> None:
     assert got["accelerator-1/numa"] == "gpu-1" and got["nic-1/numa"] == "nic-1"
     pairs = {p.accelerator: (p.level, p.recorded) for p in levels.pairs(verdict.assignment)}
     assert pairs == {"gpu-0": ("switch", "switch"), "gpu-1": ("numa", "numa")}
+
+
+def test_a_shared_nested_leaf_switch_is_its_own_level_and_the_pairing_prefers_it() -> None:
+    """Leaf switch l0 below top switch s0 holds gpu-0 and nic-0; nic-1 is on leaf l1 of the same
+    tree (PXB: level switch). With one level of switches (leaf = switch) the level stays switch."""
+    gpu = dev(ACC, "gpu-0", switch="s0", leaf="l0", root="r0", numa=0)
+    same_leaf = dev(NIC, "nic-0", switch="s0", leaf="l0", root="r0", numa=0)
+    other_leaf = dev(NIC, "nic-1", switch="s0", leaf="l1", root="r0", numa=0)
+    assert levels.level(gpu, same_leaf) == "leaf" and levels.level(gpu, other_leaf) == "switch"
+    flat_gpu = dev(ACC, "gpu-2", switch="s2", leaf="s2", root="r2", numa=1)
+    flat_nic = dev(NIC, "nic-2", switch="s2", leaf="s2", root="r2", numa=1)
+    assert levels.level(flat_gpu, flat_nic) == "switch"
+    got = levels.pairs([("a", gpu), ("n1", other_leaf), ("n0", same_leaf)])
+    assert [(p.accelerator, p.nic, p.level) for p in got] == [("gpu-0", "nic-0", "leaf")]
 
 
 def test_a_strict_claim_names_the_constraint_that_blocks_it() -> None:

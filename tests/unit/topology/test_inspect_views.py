@@ -25,8 +25,10 @@ from topodra.drivers.cli.main import main
 from tests.conftest import REPO
 from tests.kit.machines import SynthTree, synth_builder
 
+LEAF_KEY, SWITCH_KEY = "topology.topodra.io/pcieLeafSwitch", "topology.topodra.io/pcieSwitch"
 ATTRIBUTE_ORDER = (
-    (Locality.SW, "topology.topodra.io/pcieSwitch"),
+    (Locality.LEAF, LEAF_KEY),
+    (Locality.SW, SWITCH_KEY),
     (Locality.ROOT, "resource.kubernetes.io/pcieRoot"),
     (Locality.NUMA, "resource.kubernetes.io/numaNode"),
     (Locality.SOCK, "topology.topodra.io/socket"),
@@ -61,8 +63,10 @@ def published_attributes(root: Path) -> dict[str, dict[str, object]]:
     return out
 
 
-@pytest.mark.parametrize("name", ["2s-8acc-8nic", "2s-8acc-8nic-snc2", "1s-4acc"])
+@pytest.mark.parametrize("name", ["2s-8acc-8nic", "2s-8acc-8nic-snc2", "1s-4acc", "2s-8acc-8nic-pxb"])
 def test_every_code_is_the_attribute_both_devices_publish(machines: object, name: str) -> None:
+    """LEAF where the two share a leaf switch below the outermost one (nested switches); with
+    one level of switches the leaf is the outermost switch and the code is SW."""
     tree: SynthTree = machines(name)  # type: ignore[operator]
     topo = discover(tree.root)
     view = build(topo)
@@ -78,6 +82,8 @@ def test_every_code_is_the_attribute_both_devices_publish(machines: object, name
                 continue
             pa, pb = published[a.fn.address], published[b.fn.address]
             shared = [lv for lv, key in ATTRIBUTE_ORDER if key in pa and pa.get(key) == pb.get(key)]
+            if Locality.LEAF in shared and pa[LEAF_KEY] == pa[SWITCH_KEY]:
+                shared.remove(Locality.LEAF)
             assert level is (shared[0] if shared else Locality.SYS), (a.label, b.label, shared)
             info = LEVELS[level]
             if info.attribute is not None:
@@ -87,6 +93,10 @@ def test_every_code_is_the_attribute_both_devices_publish(machines: object, name
         expected.add(Locality.SW)
     if name == "2s-8acc-8nic-snc2":
         expected.add(Locality.SOCK)  # two NUMA nodes per socket
+    if name == "2s-8acc-8nic-pxb":
+        expected.add(Locality.LEAF)  # a GPU and the NIC on its leaf switch; SW across leaves
+    else:
+        assert Locality.LEAF not in seen
     assert expected <= seen
 
 

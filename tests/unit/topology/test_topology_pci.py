@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from topodra.common.pciattrs import PCIE_LEAF_SWITCH, PCIE_SWITCH, locality_attributes
 from topodra.common.topology import discover
 from topodra.common.topology.locality import Locality, locality
 from topodra.common.topology.model import PciFunction, Topology
@@ -46,7 +47,7 @@ def test_bridges_root_and_switch(tmp_path: Path) -> None:
     gpu = fn(t, "0000:03:00.0")
     assert gpu.pcie_root == gpu.root_bus == "pci0000:00"
     assert gpu.bridges == ("0000:00:01.0", "0000:01:00.0", "0000:02:00.0")
-    assert gpu.pcie_switch == "0000:01:00.0"
+    assert gpu.pcie_switch == gpu.pcie_leaf_switch == "0000:01:00.0"  # one level of switches
     assert gpu.class_hex == "0x030200" and gpu.vendor_hex == "0x10de" and gpu.in_accelerator_class
     assert [(n.kind, n.name, n.major, n.minor, n.dev_path) for n in gpu.device_nodes] == [
         ("drm-card", "card1", 226, 1, "/dev/dri/card1"),
@@ -56,6 +57,44 @@ def test_bridges_root_and_switch(tmp_path: Path) -> None:
     assert fn(t, "0000:02:00.0").pcie_switch is None  # only two bridges above it
     assert fn(t, "0000:81:00.0").bridges == ("0000:80:00.0",)
     assert t.accelerators() == (gpu,)
+
+
+def test_leaf_switch_is_the_innermost_switch_and_the_outermost_one_without_nesting(tmp_path: Path) -> None:
+    """Root port 00:01.0, top switch 01:00.0 with downstream ports 02:00.0 and 02:01.0. Behind
+    02:00.0 a leaf switch 05:00.0 holds a GPU and a NIC; a second NIC sits on 02:01.0 itself.
+    The GPU and its leaf's NIC share the leaf (LEAF); the other NIC only the top switch (SW),
+    whose own leaf switch is the top switch (one level above it)."""
+    tree = basic_machine(tmp_path, cpus=4)
+    top_down = f"{USP}/0000:02:00.0"
+    leaf_up = f"{top_down}/0000:05:00.0"
+    for bridge in (
+        RP,
+        USP,
+        top_down,
+        f"{USP}/0000:02:01.0",
+        leaf_up,
+        f"{leaf_up}/0000:06:00.0",
+        f"{leaf_up}/0000:06:01.0",
+    ):
+        tree.pci(bridge, class_="0x060400", numa="0", local_cpus="f")
+    tree.pci(
+        f"{leaf_up}/0000:06:00.0/0000:07:00.0", class_="0x030200", vendor="0x10de", numa="0", local_cpus="f"
+    )
+    tree.netdev(tree.pci(f"{leaf_up}/0000:06:01.0/0000:08:00.0", numa="0", local_cpus="f"), "eth0")
+    tree.netdev(tree.pci(f"{USP}/0000:02:01.0/0000:09:00.0", numa="0", local_cpus="f"), "eth1")
+    t = discover(tmp_path)
+    gpu, near, far = fn(t, "0000:07:00.0"), fn(t, "0000:08:00.0"), fn(t, "0000:09:00.0")
+    assert gpu.bridges == ("0000:00:01.0", "0000:01:00.0", "0000:02:00.0", "0000:05:00.0", "0000:06:00.0")
+    assert (gpu.pcie_switch, gpu.pcie_leaf_switch) == ("0000:01:00.0", "0000:05:00.0")
+    assert (near.pcie_switch, near.pcie_leaf_switch) == ("0000:01:00.0", "0000:05:00.0")
+    assert (far.pcie_switch, far.pcie_leaf_switch) == ("0000:01:00.0", "0000:01:00.0")
+    assert locality(t, gpu, near) is Locality.LEAF
+    assert locality(t, gpu, far) is Locality.SW and locality(t, near, far) is Locality.SW
+    assert fn(t, "0000:02:01.0").pcie_leaf_switch is None  # two bridges above it: no switch
+    attrs = locality_attributes(t, gpu)
+    assert attrs[PCIE_LEAF_SWITCH] == "0000:05:00.0" and attrs[PCIE_SWITCH] == "0000:01:00.0"
+    assert locality_attributes(t, far)[PCIE_LEAF_SWITCH] == "0000:01:00.0"
+    assert PCIE_LEAF_SWITCH not in locality_attributes(t, fn(t, "0000:02:01.0"))
 
 
 def test_locality_classes_and_socket_lookups(tmp_path: Path) -> None:
