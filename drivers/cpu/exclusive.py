@@ -13,6 +13,14 @@ on all CPUs, the claimed ones included. Here the driver is an NRI plugin whose p
 Keeping containers in line with the policy (events, Synchronize after every connect, updates on
 a thread of their own, retries) is common/nri/follower.py's.
 
+A cpuset in the request itself, before any answer of ours, was set by someone else: the
+kubelet's CPU manager with policy `static` gives every container one (its own exclusive CPUs to
+Guaranteed containers, the rest of the node to the others) and re-sends them as updates. Our
+answer replaces it, so claimed CPUs stay exclusive, but the kubelet's Guaranteed containers lose
+theirs without a word. That is a node set up against the driver's requirement (the kubelet's CPU
+manager `none`, docs/user/troubleshooting.md), so it is logged once per container with the cure,
+counted in `topodra_cpu_foreign_cpusets` and shown in /readyz.
+
 The plugin's name is the driver's name whatever the instance: during a surge update two driver
 pods are connected at once, and the runtime refuses a container whose cpuset two plugins of
 different names set, while the same name counts as one owner (both answer the same).
@@ -43,6 +51,19 @@ PINNING_MODE = Gauge(
 SHARED_POOL_CPUS = Gauge(
     "topodra_cpu_shared_pool_cpus", "CPUs of the shared pool (allowed minus claimed).", ["driver"]
 )
+FOREIGN_CPUSETS = Counter(
+    "topodra_cpu_foreign_cpusets",
+    "Container creations and updates that arrived with a cpuset someone else chose (the kubelet's "
+    "CPU manager policy static, or another NRI plugin); topodra's pinning replaced it.",
+    ["driver", "event"],  # event: create | update
+)
+FOREIGN_ADVICE = (
+    "the kubelet's CPU manager policy is static (or another NRI plugin pins CPUs): topodra's "
+    "pinning replaces its cpusets, so its Guaranteed containers lose their exclusive CPUs; set "
+    "cpuManagerPolicy: none on this node (and delete its cpu_manager_state), or run the CPU "
+    "driver with --cpu-pinning none to leave pinning to the kubelet"
+)
+MAX_FOREIGN_NAMED = 4096  # containers named in the log before the record starts over
 NRI_UPDATES = Counter(
     "topodra_cpu_nri_container_updates",
     "Container cpuset updates asked of the runtime through NRI.",
@@ -72,17 +93,65 @@ class Exclusivity(Follower[pool.ClaimUse, pool.Table, pool.Assignment]):
         self._pin_memory = pin_memory
         self._hook_path = hook_path
         self._pool: frozenset[int] = frozenset()
+        self._foreign_named: set[tuple[str, str]] = set()
+        self._foreign_count = 0
+        self._foreign_last: dict[str, str] = {}
         log = logs.get("topodra.drivers.cpu.exclusive", driver=driver)
         super().__init__(driver, socket_path, log, thread="cpu-nri-reconcile", retry_interval=retry_interval)
         self._set_mode("hook")
 
     def detail(self) -> dict[str, Any]:
         pool_now = self._pool
-        return {
+        out: dict[str, Any] = {
             "nri": self.plugin.status().as_dict(),
             "containers": self.tracked(),
             "shared_pool": fmt(pool_now) if pool_now else "",
         }
+        with self._lock:
+            if self._foreign_count:
+                out["foreign_cpusets"] = {
+                    "count": self._foreign_count,
+                    "last": dict(self._foreign_last),
+                    "advice": FOREIGN_ADVICE,
+                }
+        return out
+
+    # --- requests: someone else's cpuset is noticed, then the policy answers ---------------------
+
+    def create_container(self, request: api.CreateContainerRequest) -> api.CreateContainerResponse:
+        cpus = request.container.linux.resources.cpu.cpus
+        if cpus:
+            pod = request.pod
+            self._foreign("create", f"{pod.namespace}/{pod.name}", request.container.name, cpus)
+        return super().create_container(request)
+
+    def update_container(self, request: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
+        cpus = request.linux_resources.cpu.cpus
+        if cpus:
+            pod = request.pod
+            self._foreign("update", f"{pod.namespace}/{pod.name}", request.container.name, cpus)
+        return super().update_container(request)
+
+    def _foreign(self, event: str, pod: str, container: str, cpus: str) -> None:
+        FOREIGN_CPUSETS.labels(self.driver, event).inc()
+        cpus = cpus[:256]  # the runtime's text, kept short for the log and /readyz
+        with self._lock:
+            self._foreign_count += 1
+            self._foreign_last = {"event": event, "pod": pod, "container": container, "cpus": cpus}
+            key = (pod, container)
+            first = key not in self._foreign_named
+            if first:
+                if len(self._foreign_named) >= MAX_FOREIGN_NAMED:
+                    self._foreign_named.clear()
+                self._foreign_named.add(key)
+        if first:
+            self._log.warning(
+                f"{pod}/{container} came with cpuset {cpus} chosen by someone else: {FOREIGN_ADVICE}",
+                pod=pod,
+                container=container,
+                cpus=cpus,
+                nri_event=event,
+            )
 
     # --- the policy -----------------------------------------------------------------------------
 

@@ -162,6 +162,22 @@ class Kubelet:
         self._proc = Component("kubelet", argv, self.paths.log)
 
     @property
+    def cpu_manager_state(self) -> Path:
+        """The CPU manager's checkpoint; a policy change needs it gone (the kubelet refuses to
+        start on one written under another policy)."""
+        return self.paths.root_dir / "cpu_manager_state"
+
+    def set_config(self, **changes: Any) -> None:
+        """Rewrite keys of the configuration file (None removes one); read at the next start."""
+        config = yaml.safe_load(self.paths.config.read_text())
+        for key, value in changes.items():
+            if value is None:
+                config.pop(key, None)
+            else:
+                config[key] = value
+        self.paths.config.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    @property
     def process(self) -> Component:
         if self._proc is None:
             raise RuntimeError("kubelet not configured")

@@ -9,6 +9,7 @@ Machine: the captured 2-socket Intel tree (node 0 is CPUs 0-7 + 16-23, core i = 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from topodra.common.runtime.checkpoint import Checkpoint
 from topodra.common.runtime.claims import ClaimManager, cdi_kind
 from topodra.common.topology import discover
 from topodra.drivers.cpu import devices as layout
-from topodra.drivers.cpu import pinning, pool
+from topodra.drivers.cpu import exclusive, pinning, pool
 from topodra.drivers.cpu.driver import CpuDriver
 from topodra.drivers.cpu.holdings import Holding
 from topodra.drivers.cpu.options import CpuOptions
@@ -215,6 +216,38 @@ def test_create_container_pins_claim_containers_and_shrinks_everybody_else(
         assert create(d, container()).adjust.linux.resources.cpu.cpus == pinning.fmt(everything)
     finally:
         manager.close()
+
+
+def test_a_cpuset_chosen_by_someone_else_is_replaced_reported_and_counted(
+    root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kubelet's CPU manager `static` puts a cpuset in every CRI request (its default set, or
+    a Guaranteed container's own CPUs) and re-sends it as updates. Our answer still wins (the
+    node's pool), and the node's misconfiguration is told: once per container in the log, every
+    time in the counter, the last one in /readyz."""
+    d = make(root, tmp_path)
+    assert d.exclusive is not None
+    everything = pinning.fmt(discover(root).usable_cpus())
+    assert "foreign_cpusets" not in d.status_detail()
+    before = exclusive.FOREIGN_CPUSETS.labels(d.name, "create")._value.get()
+    with caplog.at_level(logging.WARNING, logger="topodra.drivers.cpu.exclusive"):
+        for _ in range(2):
+            c = container()
+            c.linux.resources.cpu.cpus = "3"  # a Guaranteed container's CPU, as the kubelet chose it
+            assert create(d, c).adjust.linux.resources.cpu.cpus == everything
+        pod = api.PodSandbox(id="p1", name="pod", namespace="ns")
+        update = api.UpdateContainerRequest(pod=pod, container=api.Container(id="c1", name="main"))
+        update.linux_resources.cpu.cpus = "0-31"
+        (u,) = d.exclusive.update_container(update).update
+        assert u.linux.resources.cpu.cpus == everything
+        assert create(d, container()).adjust.linux.resources.cpu.cpus == everything  # none: not told
+    warned = [r for r in caplog.records if "chosen by someone else" in r.getMessage()]
+    assert len(warned) == 1 and "ns/pod/main came with cpuset 3" in warned[0].getMessage()
+    assert "cpuManagerPolicy: none" in warned[0].getMessage()
+    assert exclusive.FOREIGN_CPUSETS.labels(d.name, "create")._value.get() == before + 2
+    foreign = d.status_detail()["foreign_cpusets"]
+    assert foreign["count"] == 3
+    assert foreign["last"] == {"event": "update", "pod": "ns/pod", "container": "main", "cpus": "0-31"}
 
 
 def test_modes_and_readiness_detail(root: Path, tmp_path: Path) -> None:
