@@ -275,6 +275,35 @@ def test_svg_is_valid_and_draws_every_group(
                 assert float(inner.get("y", 0)) >= float(outer.get("y", 0))
 
 
+def test_nested_switches_show_their_leaves_once_in_text_and_svg(
+    machines: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """2s-8acc-8nic-pxb: each of the four switches is one block (one box) holding two leaf
+    blocks (boxes), each with its GPU and its NIC; the PCI tree marks the leaves' upstream ports."""
+    tree: SynthTree = machines("2s-8acc-8nic-pxb")  # type: ignore[operator]
+    topo = discover(tree.root)
+    out = run(capsys, "--sysfs-root", str(tree.root), "--color", "never")
+    groups = out[out.index("What sits together") : out.index("\nLocality\n")]
+    switches = re.findall(r"^        PCIe switch (\S+)  topology.topodra.io/pcieSwitch=\1$", groups, re.M)
+    leaves = re.findall(r"^          leaf switch (\S+)  topology.topodra.io/pcieLeafSwitch=\1$", groups, re.M)
+    assert len(switches) == len(set(switches)) == 4 and len(leaves) == len(set(leaves)) == 8
+    for leaf in leaves:
+        block = groups[groups.index(f"leaf switch {leaf}") :].splitlines()[1:3]
+        fns = [topo.pci(line.split()[1]) for line in block]
+        assert sorted(f.base_class for f in fns if f is not None) == [0x02, 0x03], block
+        assert all(f is not None and f.pcie_leaf_switch == leaf for f in fns)
+    tree_part = out[out.index("PCI devices by root complex") : out.index("What sits together")]
+    assert sorted(re.findall(r"\[leaf switch (\S+)\]", tree_part)) == sorted(leaves)
+    svg = ET.fromstring(run(capsys, "--sysfs-root", str(tree.root), "-o", "svg"))
+    boxes = [g for g in svg.iter(f"{SVG}g") if g.get("class") in ("switch", "leaf")]
+    assert [g.get("class") for g in boxes].count("switch") == 4
+    for g in boxes:
+        if g.get("class") == "switch":  # a switch box holds its two leaf boxes, nothing else
+            assert [c.get("class") for c in g.findall(f"{SVG}g")] == ["leaf", "leaf"]
+        else:
+            assert sorted(c.get("class") or "" for c in g.findall(f"{SVG}g")) == ["accelerators", "nics"]
+
+
 def test_png_is_the_svg_rasterized(machines: object, tmp_path: Path) -> None:
     import shutil
 
