@@ -13,13 +13,15 @@ on all CPUs, the claimed ones included. Here the driver is an NRI plugin whose p
 Keeping containers in line with the policy (events, Synchronize after every connect, updates on
 a thread of their own, retries) is common/nri/follower.py's.
 
-A cpuset in the request itself, before any answer of ours, was set by someone else: the
-kubelet's CPU manager with policy `static` gives every container one (its own exclusive CPUs to
-Guaranteed containers, the rest of the node to the others) and re-sends them as updates. Our
-answer replaces it, so claimed CPUs stay exclusive, but the kubelet's Guaranteed containers lose
-theirs without a word. That is a node set up against the driver's requirement (the kubelet's CPU
-manager `none`, docs/user/troubleshooting.md), so it is logged once per container with the cure,
-counted in `topodra_cpu_foreign_cpusets` and shown in /readyz.
+A cpuset in a request that differs from our answer was chosen by someone else: the kubelet's CPU
+manager with policy `static` gives every container one (its own exclusive CPUs to Guaranteed
+containers, the rest of the node to the others) and re-sends them as updates. Our answer replaces
+it, so claimed CPUs stay exclusive, but the kubelet's Guaranteed containers lose theirs without a
+word. That is a node set up against the driver's requirement (the kubelet's CPU manager `none`,
+docs/user/troubleshooting.md), so it is logged once per container with the cure, counted in
+`topodra_cpu_foreign_cpusets` and shown in /readyz. A cpuset equal to our answer is not reported:
+during a surge update it is the other instance's answer, and from a static kubelet it changes
+nothing (until a claim or a Guaranteed container makes the two differ).
 
 The plugin's name is the driver's name whatever the instance: during a surge update two driver
 pods are connected at once, and the runtime refuses a container whose cpuset two plugins of
@@ -28,12 +30,15 @@ different names set, while the same name counts as one owner (both answer the sa
 
 from __future__ import annotations
 
+import datetime
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import Counter, Gauge
 from topodra.common import logs
 from topodra.common.nri.follower import Follower, Tracked
+from topodra.common.topology.parse import parse_cpulist
 from topodra.drivers.cpu import pool
 from topodra.drivers.cpu.holdings import Holding
 from topodra.drivers.cpu.pinning import HOOK_ONLY_WARNING
@@ -63,7 +68,7 @@ FOREIGN_ADVICE = (
     "cpuManagerPolicy: none on this node (and delete its cpu_manager_state), or run the CPU "
     "driver with --cpu-pinning none to leave pinning to the kubelet"
 )
-MAX_FOREIGN_NAMED = 4096  # containers named in the log before the record starts over
+MAX_FOREIGN_NAMED = 4096  # containers remembered as told; the oldest is forgotten first
 NRI_UPDATES = Counter(
     "topodra_cpu_nri_container_updates",
     "Container cpuset updates asked of the runtime through NRI.",
@@ -93,7 +98,8 @@ class Exclusivity(Follower[pool.ClaimUse, pool.Table, pool.Assignment]):
         self._pin_memory = pin_memory
         self._hook_path = hook_path
         self._pool: frozenset[int] = frozenset()
-        self._foreign_named: set[tuple[str, str]] = set()
+        self._foreign_lock = threading.Lock()
+        self._foreign_named: dict[tuple[str, str], None] = {}  # insertion order: oldest first
         self._foreign_count = 0
         self._foreign_last: dict[str, str] = {}
         log = logs.get("topodra.drivers.cpu.exclusive", driver=driver)
@@ -107,7 +113,7 @@ class Exclusivity(Follower[pool.ClaimUse, pool.Table, pool.Assignment]):
             "containers": self.tracked(),
             "shared_pool": fmt(pool_now) if pool_now else "",
         }
-        with self._lock:
+        with self._foreign_lock:
             if self._foreign_count:
                 out["foreign_cpusets"] = {
                     "count": self._foreign_count,
@@ -119,31 +125,37 @@ class Exclusivity(Follower[pool.ClaimUse, pool.Table, pool.Assignment]):
     # --- requests: someone else's cpuset is noticed, then the policy answers ---------------------
 
     def create_container(self, request: api.CreateContainerRequest) -> api.CreateContainerResponse:
-        cpus = request.container.linux.resources.cpu.cpus
-        if cpus:
+        response = super().create_container(request)
+        asked = request.container.linux.resources.cpu.cpus
+        if asked and not _same_cpus(asked, response.adjust.linux.resources.cpu.cpus):
             pod = request.pod
-            self._foreign("create", f"{pod.namespace}/{pod.name}", request.container.name, cpus)
-        return super().create_container(request)
+            self._foreign("create", f"{pod.namespace}/{pod.name}", request.container.name, asked)
+        return response
 
     def update_container(self, request: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
-        cpus = request.linux_resources.cpu.cpus
-        if cpus:
+        response = super().update_container(request)
+        asked = request.linux_resources.cpu.cpus
+        ours = next((u.linux.resources.cpu.cpus for u in response.update), "")
+        if asked and ours and not _same_cpus(asked, ours):
             pod = request.pod
-            self._foreign("update", f"{pod.namespace}/{pod.name}", request.container.name, cpus)
-        return super().update_container(request)
+            self._foreign("update", f"{pod.namespace}/{pod.name}", request.container.name, asked)
+        return response
 
     def _foreign(self, event: str, pod: str, container: str, cpus: str) -> None:
+        """Someone asked for other CPUs than ours. Not our own answer: during a surge update the
+        other instance's answer arrives in the request, and it is the same as ours."""
         FOREIGN_CPUSETS.labels(self.driver, event).inc()
         cpus = cpus[:256]  # the runtime's text, kept short for the log and /readyz
-        with self._lock:
+        at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        with self._foreign_lock:
             self._foreign_count += 1
-            self._foreign_last = {"event": event, "pod": pod, "container": container, "cpus": cpus}
+            self._foreign_last = {"event": event, "pod": pod, "container": container, "cpus": cpus, "at": at}
             key = (pod, container)
             first = key not in self._foreign_named
             if first:
                 if len(self._foreign_named) >= MAX_FOREIGN_NAMED:
-                    self._foreign_named.clear()
-                self._foreign_named.add(key)
+                    del self._foreign_named[next(iter(self._foreign_named))]  # the oldest
+                self._foreign_named[key] = None
         if first:
             self._log.warning(
                 f"{pod}/{container} came with cpuset {cpus} chosen by someone else: {FOREIGN_ADVICE}",
@@ -221,3 +233,9 @@ class Exclusivity(Follower[pool.ClaimUse, pool.Table, pool.Assignment]):
                 f"({', '.join(unmatched)}): it runs on the shared pool",
                 **fields,
             )
+
+
+def _same_cpus(a: str, b: str) -> bool:
+    """Two cpuset texts naming the same CPUs ("0-2" and "0,1,2"); unreadable text is not ours."""
+    x = parse_cpulist(a)
+    return x is not None and x == parse_cpulist(b)

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes.client.exceptions import ApiException
 from topodra.common.topology import discover
 from topodra.common.topology.parse import compress
@@ -40,6 +41,7 @@ METRIC = "topodra_cpu_foreign_cpusets_total"
 @contextlib.contextmanager
 def kubelet_cpu_manager_static(node: RealNode, reserved: str) -> Iterator[None]:
     kubelet = node.kubelet
+    before = yaml.safe_load(kubelet.paths.config.read_text())
 
     def restart(**config: str | None) -> None:
         kubelet.stop()
@@ -51,8 +53,11 @@ def kubelet_cpu_manager_static(node: RealNode, reserved: str) -> Iterator[None]:
     restart(cpuManagerPolicy="static", reservedSystemCPUs=reserved)
     try:
         yield
-    finally:
-        restart(cpuManagerPolicy="none", reservedSystemCPUs=None)
+    finally:  # the configuration as it was (None: a key it did not have)
+        restart(
+            cpuManagerPolicy=before.get("cpuManagerPolicy"),
+            reservedSystemCPUs=before.get("reservedSystemCPUs"),
+        )
 
 
 def foreign(d: HostCpuDriver) -> dict[str, object]:
