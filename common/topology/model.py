@@ -204,7 +204,10 @@ class PciFunction:
 
         Two functions with the same leaf switch talk through one switch (nvidia-smi's PIX); two
         that share only `pcie_switch` cross nested switches (PXB). With one level of switches
-        both are the same bridge.
+        both are the same bridge. Like `pcie_switch` it reads the bridges below the root port as
+        switch port pairs (upstream, downstream), as they are on GPU and NIC boards; a switch on
+        the card itself (some AMD GPUs, DPUs) is a level of its own, so such a card is its own
+        leaf, as nvidia-smi would call the path from it to a NIC on the board's switch PXB.
         """
         b = self.bridges
         return b[-2] if b is not None and len(b) >= 3 else None

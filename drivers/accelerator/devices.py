@@ -5,9 +5,9 @@ name their PF. Names come from the PCI address (`pci-0000-3b-00-0`), which survi
 driver rebinds; DRM and accel minors do not, so they are never part of a name or attribute.
 
 Attributes, in order of importance (the API allows 32 attributes + capacities per device; the
-list below is 26 at most, and `_within_limits` would drop from the end if it ever grew):
+list below is 27 at most, and `_within_limits` would drop from the end if it ever grew):
 - locality (common/pciattrs.py, shared with the NIC driver): pciBusID, pcieRoot, numaNode,
-  pcieSwitch, socket;
+  pcieSwitch, pcieLeafSwitch, socket;
 - `accelerator.topodra.io/`: pciAddress, type (gpu | accelerator | coprocessor | other),
   vendorId, deviceId, pciClass, kernelDriver, productName (pci.ids, cut to 64 bytes),
   subsystemVendorId, subsystemDeviceId, pcieLinkSpeed + pcieLinkGeneration (the speed the link

@@ -95,7 +95,10 @@ class View:
             keyed.setdefault(key, []).append(item)
 
         def order(k: Key) -> tuple[object, ...]:
-            return tuple((v is None, v if v is not None else 0) for v in k)
+            # unknowns last; but a switch's own devices before its leaves, so that the text view
+            # does not print them after the last leaf's, where they would read as that leaf's
+            *outer, leaf = k
+            return (*((v is None, v if v is not None else 0) for v in outer), (leaf is not None, leaf or ""))
 
         return [Block(*k, items=tuple(keyed[k])) for k in sorted(keyed, key=order)]
 

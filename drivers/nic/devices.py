@@ -29,9 +29,9 @@ TOPO = "topology.topodra.io"
 KIND = "nic"  # topology.topodra.io/kind of every device (common/pciattrs.py)
 
 # Locality attributes (pciBusID only for addresses the upstream helper accepts, pcieRoot,
-# numaNode, pcieSwitch, socket) come from common/pciattrs.py, shared with the accelerator driver
-# so that matchAttribute lines a NIC up with a GPU. A VMD device (5-hex domain) gets no pciBusID;
-# our own `nic.topodra.io/pciAddress` still carries the address.
+# numaNode, pcieSwitch, pcieLeafSwitch, socket) come from common/pciattrs.py, shared with the
+# accelerator driver so that matchAttribute lines a NIC up with a GPU. A VMD device (5-hex
+# domain) gets no pciBusID; our own `nic.topodra.io/pciAddress` still carries the address.
 _BDF = re.compile(r"[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 _NETWORK_BASE = 0x02
 _INFINIBAND_CLASS = 0x0C06  # serial bus / InfiniBand (QLogic/Intel TrueScale and OmniPath HFIs)

@@ -16,6 +16,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from topodra.common.synth import build as build_tree
+from topodra.common.synth import load_spec_text
 from topodra.common.topology.discover import discover
 from topodra.common.topology.locality import LEVELS, Locality, locality
 from topodra.common.topology.parse import compress
@@ -302,6 +304,43 @@ def test_nested_switches_show_their_leaves_once_in_text_and_svg(
             assert [c.get("class") for c in g.findall(f"{SVG}g")] == ["leaf", "leaf"]
         else:
             assert sorted(c.get("class") or "" for c in g.findall(f"{SVG}g")) == ["accelerators", "nics"]
+
+
+MIXED = {
+    "version": 1,
+    "name": "mixed",
+    "description": "a top switch with a NIC of its own and a leaf switch of a GPU and a NIC",
+    "cpu": {"sockets": 1, "cores_per_socket": 4, "threads_per_core": 1},
+    "pci": {
+        "roots": [
+            {
+                "numa_node": 0,
+                "ports": [
+                    {
+                        "switch": {
+                            "ports": [
+                                {"switch": {"ports": [{"device": "h100-sxm"}, {"device": "cx7"}]}},
+                                {"device": "cx7"},
+                            ]
+                        }
+                    }
+                ],
+            }
+        ]
+    },
+}
+
+
+def test_a_switchs_own_devices_come_before_its_leaves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Printed after the leaf's devices, at their indent, the top switch's own NIC would read as
+    the leaf's."""
+    build_tree(load_spec_text(json.dumps(MIXED)), tmp_path)
+    out = run(capsys, "--sysfs-root", str(tmp_path), "--color", "never")
+    lines = out[out.index("What sits together") : out.index("\nLocality\n")].splitlines()
+    at = next(i for i, line in enumerate(lines) if "PCIe switch" in line)
+    assert [line.split()[0] for line in lines[at + 1 : at + 5]] == ["NIC1", "leaf", "ACC0", "NIC0"]
 
 
 def test_png_is_the_svg_rasterized(machines: object, tmp_path: Path) -> None:
