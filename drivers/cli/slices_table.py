@@ -1,8 +1,9 @@
 """`topodra slices -o text|wide`: the devices of ResourceSlices as a table for people.
 
 One row per device; the columns are what a claim aligns on (socket, NUMA node, PCIe root and
-switch) and what it asks for (capacity). `wide` adds the slice, the PCI address and the
-attributes that tell devices of one driver apart (interface, RDMA device, link speed, type).
+switch) and what it asks for (capacity). `wide` adds the slice, the PCI address, the leaf switch
+(where switches are nested it differs from the switch) and the attributes that tell devices of
+one driver apart (interface, RDMA device, link speed, type).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def _details(device: Mapping[str, Any], driver: str) -> str:
 def rows(slices: Iterable[Mapping[str, Any]], wide: bool) -> list[list[str]]:
     header = ["DRIVER", "DEVICE", "SOCKET", "NUMA", "PCIE-ROOT", "PCIE-SWITCH", "CAPACITY"]
     if wide:
-        header += ["SLICE", "PCI-BUS-ID", "DETAILS"]
+        header += ["SLICE", "PCI-BUS-ID", "PCIE-LEAF-SWITCH", "DETAILS"]
     out = [header]
     for s in slices:
         spec = s["spec"]
@@ -82,7 +83,12 @@ def rows(slices: Iterable[Mapping[str, Any]], wide: bool) -> list[list[str]]:
                 _capacity(d),
             ]
             if wide:
-                row += [name, _value(a.get(f"{STD}pciBusID")), _details(d, driver)]
+                row += [
+                    name,
+                    _value(a.get(f"{STD}pciBusID")),
+                    _value(a.get(f"{TOPO}pcieLeafSwitch")),
+                    _details(d, driver),
+                ]
             out.append(row)
     return out
 
