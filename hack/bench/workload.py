@@ -24,12 +24,16 @@ NIC_CLASS = "nic.topodra.io"
 CPU_CLASS = "cpu.topodra.io"
 CPU_CAPACITY = "cpu.topodra.io/cpu"
 SWITCH = "topology.topodra.io/pcieSwitch"
+LEAF_SWITCH = "topology.topodra.io/pcieLeafSwitch"
 NUMA = "resource.kubernetes.io/numaNode"
 
 COUNT_ONLY = "count-only"
 ALIGNED = "aligned"
 BEST = "best-locality"
 SCENARIOS = (COUNT_ONLY, ALIGNED, BEST)
+# B with each pair on one leaf switch instead of one switch: the leaf-switch study's second
+# scenario (hack/bench/leaf_switch.py), not one of the placement study's
+ALIGNED_LEAF = "aligned-leaf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +109,7 @@ def count_only_spec(job: Job) -> dict[str, Any]:
     return {"devices": {"requests": requests}}
 
 
-def aligned_spec(job: Job) -> dict[str, Any]:
+def aligned_spec(job: Job, switch: str = SWITCH) -> dict[str, Any]:
     """Scenario B: k (accelerator, NIC, CPU share) triples, each pinned to one switch and NUMA node.
 
     One matchAttribute over all k accelerators and k NICs would demand a single switch for all
@@ -125,7 +129,7 @@ def aligned_spec(job: Job) -> dict[str, Any]:
             _request(cpu, CPU_CLASS, cpus=job.cpus_per_accelerator),
         ]
         constraints += [
-            {"requests": [acc, nic], "matchAttribute": SWITCH},
+            {"requests": [acc, nic], "matchAttribute": switch},
             {"requests": [cpu, acc, nic], "matchAttribute": NUMA},
         ]
     return {"devices": {"requests": requests, "constraints": constraints}}
@@ -136,10 +140,12 @@ def claim_body(job: Job, scenario: str) -> dict[str, Any]:
         spec = count_only_spec(job)
     elif scenario == ALIGNED:
         spec = aligned_spec(job)
+    elif scenario == ALIGNED_LEAF:
+        spec = aligned_spec(job, LEAF_SWITCH)
     elif scenario == BEST:
         spec = best_locality_spec(job.accelerators, job.cpus_per_accelerator)
     else:
-        raise ValueError(f"unknown scenario {scenario!r}; expected one of {SCENARIOS}")
+        raise ValueError(f"unknown scenario {scenario!r}; expected one of {(*SCENARIOS, ALIGNED_LEAF)}")
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",

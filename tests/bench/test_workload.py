@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -10,8 +11,10 @@ import pytest
 
 from hack.bench.workload import (
     ALIGNED,
+    ALIGNED_LEAF,
     COUNT_ONLY,
     CPU_CAPACITY,
+    LEAF_SWITCH,
     NUMA,
     SWITCH,
     Job,
@@ -94,6 +97,15 @@ def test_aligned_claim_pins_each_pair(k: int) -> None:
     assert total_cpus == 4 * k
     assert sum(1 for n in names if n.startswith("accelerator-")) == k
     assert sum(1 for n in names if n.startswith("nic-")) == k
+
+
+def test_the_leaf_scenario_is_b_with_each_pair_on_one_leaf_switch() -> None:
+    """The leaf-switch study's claims (hack/bench/leaf_switch.py): scenario B's, the pair
+    constraints on pcieLeafSwitch instead of pcieSwitch, nothing else changed."""
+    for k in (1, 8):
+        b, leaf = claim_body(Job(0, k), ALIGNED), claim_body(Job(0, k), ALIGNED_LEAF)
+        swapped = json.loads(json.dumps(b["spec"]).replace(SWITCH, LEAF_SWITCH))
+        assert leaf["spec"] == swapped and swapped != b["spec"]
 
 
 def test_unknown_scenario_is_named() -> None:
