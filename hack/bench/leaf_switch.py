@@ -7,10 +7,12 @@ shipped synthetic machine 2s-8acc-8nic-pxb: four switch trees, each a top switch
 switches of one GPU and one NIC. The same seeded job mix (1, 2, 4 or 8 accelerators, one NIC and
 4 CPUs each; hack/bench/workload.py) is submitted with the placement study's scenario B claims,
 each accelerator-NIC pair matching on pcieSwitch, then with the same claims matching on
-pcieLeafSwitch. Printed per scenario: jobs and accelerators placed, pairs on one leaf switch
-(nvidia-smi PIX) and pairs only on one switch tree (PXB), with the load average.
+pcieLeafSwitch. With `--busy-nics N`, each node first gets N claims of one NIC only (as a
+data-loading pod would take), in both scenarios alike, so that some leaves keep a GPU without its
+NIC. Printed per scenario: jobs and accelerators placed, pairs on one leaf switch (nvidia-smi
+PIX) and pairs only on one switch tree (PXB), with the load average.
 
-Usage: hack/bench/leaf_switch.py [--nodes 4] [--seeds 7,8,9] [--json FILE]
+Usage: hack/bench/leaf_switch.py [--nodes 4] [--seeds 7,8,9] [--busy-nics 0] [--json FILE]
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--nodes", type=int, default=4, help="simulated 2s-8acc-8nic-pxb nodes")
     p.add_argument("--seeds", default="7,8,9", help="seeds of the job mix and its order")
     p.add_argument("--oversubscription", type=float, default=1.5, help="job demand / accelerators")
+    p.add_argument("--busy-nics", type=int, default=0, help="NIC-only claims per node before the jobs")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     p.add_argument("-v", "--verbose", action="store_true")
     return p.parse_args(argv)
@@ -72,6 +75,21 @@ def pair_levels(
     return out
 
 
+def take_nics(cp: Any, nodes: list[str], per_node: int, ns: str) -> list[str]:
+    """`per_node` claims of one NIC each on every node; the NICs the scheduler gave them."""
+    from tests.controlplane.allocation import NIC, submit
+
+    spec = {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": NIC}}]}}
+    taken = []
+    for node in nodes:
+        for i in range(per_node):
+            results = submit(cp, ns, node, f"nic-{node}-{i}", spec)
+            if results is None:
+                raise RuntimeError(f"{node}: no NIC left for NIC-only claim {i}")
+            taken += [r["device"] for r in results]
+    return taken
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
@@ -84,14 +102,17 @@ def main(argv: list[str] | None = None) -> int:
         total = sum(len(m.of("accelerator.topodra.io")) for m in cluster.nodes.values())
         load = os.getloadavg()[0]
         print(f"{len(cluster.nodes)} simulated {SPEC} nodes, {total} accelerators, load {load:.2f}")
-        previous: str | None = None
+        previous: list[str] = []
         for seed in seeds:
             jobs = generate(seed, total, oversubscription=args.oversubscription)
             for scenario in (ALIGNED, ALIGNED_LEAF):
-                if previous is not None:
-                    sim.clear_namespace(cp, previous)
-                previous = f"bench-{scenario}-s{seed}"
-                run = sim.run_scenario(cp, cluster, scenario, jobs, previous)
+                for ns in previous:
+                    sim.clear_namespace(cp, ns)
+                busy = f"bench-{scenario}-s{seed}-nics"
+                previous = [f"bench-{scenario}-s{seed}", busy]
+                sim.make_namespace(cp, busy)
+                taken = take_nics(cp, sorted(cluster.nodes), args.busy_nics, busy)
+                run = sim.run_scenario(cp, cluster, scenario, jobs, previous[0])
                 pairs = pair_levels(run.placements, where)
                 placed = sum(p.job.accelerators for p in run.placements)
                 row = {
@@ -101,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                     "jobs_placed": len(run.placements),
                     "accelerators_placed": placed,
                     "accelerators": total,
+                    "busy_nics": len(taken),
                     "pairs": pairs,
                     "seconds": round(run.seconds, 1),
                     "load": round(os.getloadavg()[0], 2),

@@ -289,7 +289,7 @@ class ScenarioRun:
     timed_out: list[str]  # jobs the allocator gave up on (not counted as "no room")
 
 
-def _make_namespace(cp: Any, name: str) -> None:
+def make_namespace(cp: Any, name: str) -> None:
     core = k8s.CoreV1Api(cp.api_client())
     core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
     deadline = time.monotonic() + 60
@@ -318,7 +318,7 @@ def run_scenario(
     and is not submitted; the run stops once a 1-accelerator job found no room.
     """
     ns = namespace
-    _make_namespace(cp, ns)
+    make_namespace(cp, ns)
     from tests.controlplane.cluster import api_resource
 
     dyn = cp.dynamic

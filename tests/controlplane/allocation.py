@@ -58,17 +58,18 @@ def claim_namespace(control_plane: ControlPlane, prefix: str) -> Iterator[str]:
 
 
 def submit(
-    cp: ControlPlane, ns: str, node: Node, name: str, spec: dict[str, Any]
+    cp: ControlPlane, ns: str, node: Node | str, name: str, spec: dict[str, Any]
 ) -> list[dict[str, Any]] | None:
-    """Creates the claim and a pod pinned to `node`; returns the allocation results, or None when
-    the scheduler reports that the claim does not fit."""
+    """Creates the claim and a pod pinned to `node` (or the node of that name); returns the
+    allocation results, or None when the scheduler reports that the claim does not fit."""
+    node_name = node if isinstance(node, str) else node.name
     claims = api_resource(cp.dynamic, "ResourceClaim")
     pods = api_resource(cp.dynamic, "Pod", "v1")
     claims.create(namespace=ns, body={"metadata": {"name": name}, "spec": spec})
     pod = {
         "metadata": {"name": name},
         "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node.name},
+            "nodeSelector": {"kubernetes.io/hostname": node_name},
             "resourceClaims": [{"name": "devices", "resourceClaimName": name}],
             "containers": [
                 {"name": "c", "image": "topodra.invalid/x", "resources": {"claims": [{"name": "devices"}]}}
