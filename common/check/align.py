@@ -9,8 +9,9 @@ alignable only through values the check found wrong or malformed (two -1s meet):
 out, because such a claim allocates and lands wrong.
 
 Levels and their names: root `resource.kubernetes.io/pcieRoot`, NUMA
-`resource.kubernetes.io/numaNode`, switch `topology.topodra.io/pcieSwitch`, socket
-`topology.topodra.io/socket` (Kubernetes has no switch or socket attribute). A name both drivers
+`resource.kubernetes.io/numaNode`, switch `topology.topodra.io/pcieSwitch`, leaf (switch)
+`topology.topodra.io/pcieLeafSwitch`, socket `topology.topodra.io/socket` (Kubernetes has no
+switch or socket attribute). A name both drivers
 publish under some driver's own domain that means the same level (`dra.net/numaNode`, which
 dranet, the SR-IOV driver and the CPU driver all publish) is tried too, and reported as such.
 
@@ -25,7 +26,15 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from topodra.common.check.attrs import NUMA_NODE, PCIE_ROOT, PCIE_SWITCH, SOCKET, Value, own_meaning
+from topodra.common.check.attrs import (
+    NUMA_NODE,
+    PCIE_LEAF_SWITCH,
+    PCIE_ROOT,
+    PCIE_SWITCH,
+    SOCKET,
+    Value,
+    own_meaning,
+)
 from topodra.common.check.devices import SliceDevice
 from topodra.common.check.truth import Truth
 
@@ -33,9 +42,16 @@ LEVELS: tuple[tuple[str, str], ...] = (
     ("root", PCIE_ROOT),
     ("numa", NUMA_NODE),
     ("switch", PCIE_SWITCH),
+    ("leaf", PCIE_LEAF_SWITCH),
     ("socket", SOCKET),
 )
-_PLACE = {"root": "PCIe root", "numa": "NUMA node", "switch": "PCIe switch", "socket": "socket"}
+_PLACE = {
+    "root": "PCIe root",
+    "numa": "NUMA node",
+    "switch": "PCIe switch",
+    "leaf": "PCIe leaf switch",
+    "socket": "socket",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +153,8 @@ def _places(level: str, t: Truth) -> set[object]:
         return {t.numa} if t.numa is not None else set()
     if level == "switch":
         return {t.switch} if t.is_pci and t.switch else set()
+    if level == "leaf":
+        return {t.leaf_switch} if t.is_pci and t.leaf_switch else set()
     return {t.socket} if t.socket is not None else set()
 
 

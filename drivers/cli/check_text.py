@@ -16,7 +16,7 @@ from topodra.common.check.report import DriverReport, Report
 from topodra.common.check.verdicts import ERROR, SHORT, WARNING
 
 _MARK = {ERROR: "ERROR", WARNING: "warn", "info": "info"}
-_LEVEL_HEAD = {"root": "ROOT", "numa": "NUMA", "switch": "SWITCH", "socket": "SOCKET"}
+_LEVEL_HEAD = {"root": "ROOT", "numa": "NUMA", "switch": "SWITCH", "leaf": "LEAF", "socket": "SOCKET"}
 _EXAMPLES = 3
 
 

@@ -77,12 +77,14 @@ def test_alignment_levels_per_pair(root: Path, all_slices: list[dict[str, Any]])
     acc, nic, cpu = TOPODRA[1], TOPODRA[2], TOPODRA[0]
     both_topodra = _levels(report, acc, nic)
     assert {lv: x.verdict for lv, x in both_topodra.items()} == dict.fromkeys(
-        ("root", "numa", "switch", "socket"), "yes"
+        ("root", "numa", "switch", "leaf", "socket"), "yes"
     )
 
     gpu = _levels(report, NVIDIA, acc)
     assert (gpu["root"].verdict, gpu["numa"].verdict, gpu["switch"].verdict) == ("yes", "yes", "no")
     assert gpu["switch"].add == ((NVIDIA, "topology.topodra.io/pcieSwitch"),)
+    assert gpu["leaf"].verdict == "no"
+    assert gpu["leaf"].add == ((NVIDIA, "topology.topodra.io/pcieLeafSwitch"),)
 
     nets = _levels(report, DRANET, SRIOV)  # both publish NUMA as dra.net/numaNode only
     assert (nets["numa"].verdict, nets["numa"].via) == ("yes", "dra.net/numaNode")
