@@ -47,6 +47,7 @@ _OWN_NAMES = {
     "pcieroot": "root",
     "pciroot": "root",
     "pcieswitch": "switch",
+    "pcieleafswitch": "leaf",
     "socket": "socket",
     "socketid": "socket",
     "cpusocketid": "socket",
@@ -145,7 +146,7 @@ def identifier_of(name: str) -> str:
 
 def own_meaning(name: str) -> str | None:
     """What a name outside the standard and topodra vocabularies says about locality, if
-    anything: "numa", "address", "root", "switch", "socket", "interface" or "cpus"."""
+    anything: "numa", "address", "root", "switch", "leaf", "socket", "interface" or "cpus"."""
     if domain_of(name) in (STD, TOPO):
         return None
     return _OWN_NAMES.get(identifier_of(name).lower())

@@ -135,6 +135,8 @@ class Exclusivity(Follower[pool.ClaimUse, pool.Table, pool.Assignment]):
     def update_container(self, request: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
         response = super().update_container(request)
         asked = request.linux_resources.cpu.cpus
+        # no answer of ours: a container the plugin does not track, left as the runtime has it;
+        # its creation was reported if it came with someone else's cpuset
         ours = next((u.linux.resources.cpu.cpus for u in response.update), "")
         if asked and ours and not _same_cpus(asked, ours):
             pod = request.pod

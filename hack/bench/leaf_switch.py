@@ -61,7 +61,8 @@ def pair_levels(
     placements: list[Placement], where: dict[str, tuple[str | None, str | None]]
 ) -> dict[str, int]:
     """Accelerator i with NIC i of each job (the claim's pairs): on one leaf switch, on one
-    switch tree only, or neither."""
+    switch tree only, or neither. The allocation lists results in request order (accelerator-i,
+    nic-i, cpus-i), which is how the Placement's i-th accelerator and NIC are the i-th pair."""
     out = {"leaf": 0, "switch": 0, "other": 0}
     for p in placements:
         for acc, nic in zip(p.accelerators, p.nics, strict=True):
@@ -122,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
                     "jobs_placed": len(run.placements),
                     "accelerators_placed": placed,
                     "accelerators": total,
-                    "busy_nics": len(taken),
+                    "busy_nics_per_node": args.busy_nics,
+                    "nics_taken": taken,
+                    "placed_jobs": [p.job.name for p in run.placements],
+                    "allocator_timeouts": run.timed_out,
                     "pairs": pairs,
                     "seconds": round(run.seconds, 1),
                     "load": round(os.getloadavg()[0], 2),
