@@ -53,10 +53,11 @@ def level(a: Device, b: Device) -> str:
     return NONE
 
 
+_RANKS = (LEAF, *(n for n, _ in LEVELS), NONE)
+
+
 def _rank(name: str) -> int:
-    if name == LEAF:
-        return -1
-    return [n for n, _ in LEVELS].index(name) if name != NONE else len(LEVELS)
+    return _RANKS.index(name)
 
 
 def pairs(results: Sequence[tuple[str, Device]]) -> list[Pair]:

@@ -94,8 +94,8 @@ def locality(t: Topology, a: PciFunction, b: PciFunction) -> Locality:
     if a.address == b.address:
         return Locality.SELF
     if a.pcie_switch is not None and a.pcie_switch == b.pcie_switch:
-        leaf = a.pcie_leaf_switch
-        return Locality.LEAF if leaf != a.pcie_switch and leaf == b.pcie_leaf_switch else Locality.SW
+        leaf = a.nested_leaf_switch
+        return Locality.LEAF if leaf is not None and leaf == b.nested_leaf_switch else Locality.SW
     if a.pcie_root is not None and a.pcie_root == b.pcie_root:
         return Locality.ROOT
     if a.numa_node is not None and a.numa_node >= 0 and a.numa_node == b.numa_node:

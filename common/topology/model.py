@@ -213,6 +213,13 @@ class PciFunction:
         return b[-2] if b is not None and len(b) >= 3 else None
 
     @property
+    def nested_leaf_switch(self) -> str | None:
+        """`pcie_leaf_switch` where it lies below the outermost switch, else None: what inspect
+        and explain show as a level of its own (with one level of switches SW says it all)."""
+        leaf = self.pcie_leaf_switch
+        return leaf if leaf != self.pcie_switch else None
+
+    @property
     def is_network(self) -> bool:
         return self.base_class == _NETWORK_BASE_CLASS
 

@@ -181,7 +181,7 @@ def _pci_section(view: View, paint: Paint, wide: bool) -> list[str]:
         if p.address in shown and p.address not in folded:
             by_root.setdefault(p.pcie_root or p.root_bus or "(unknown root)", []).append(p)
     switches = {p.pcie_switch for p in t.pci_devices if p.pcie_switch}
-    leaves = {p.pcie_leaf_switch for p in t.pci_devices if p.pcie_leaf_switch and not p.is_bridge} - switches
+    leaves = {p.nested_leaf_switch for p in t.pci_devices if p.nested_leaf_switch and not p.is_bridge}
     for root, members in by_root.items():
         info = t.pcie_root(root)
         extra = ""
@@ -192,8 +192,8 @@ def _pci_section(view: View, paint: Paint, wide: bool) -> list[str]:
         for p in sorted(members, key=lambda p: (*(p.bridges or ()), p.address)):
             indent = "    " + "  " * len(p.bridges or ())
             owner = view.by_address.get(p.address)
-            sw = f"  [switch {p.address}]" if p.address in switches else ""
-            sw = f"  [leaf switch {p.address}]" if p.address in leaves else sw
+            kind = "switch" if p.address in switches else "leaf switch" if p.address in leaves else None
+            sw = f"  [{kind} {p.address}]" if kind else ""
             lines.append(indent + _describe(t, p, owner, paint, wide) + sw)
             if owner is not None and owner.fn is p and owner.vfs and not wide:
                 lines.append(indent + "  " + _vf_summary(t, owner))

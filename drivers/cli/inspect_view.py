@@ -90,7 +90,7 @@ class View:
         for item in self.items:
             fn = item.fn
             pkg = self.topology.package_of_pci(fn.address)
-            leaf = fn.pcie_leaf_switch if fn.pcie_leaf_switch != fn.pcie_switch else None
+            leaf = fn.nested_leaf_switch
             key = (None if pkg is None else pkg.index, fn.numa_node, fn.pcie_root, fn.pcie_switch, leaf)
             keyed.setdefault(key, []).append(item)
 
