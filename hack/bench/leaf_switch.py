@@ -50,11 +50,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def leaves(root: Path) -> dict[str, tuple[str | None, str | None]]:
-    """Device name -> (leaf switch, switch) of every PCI function, from the machine's own tree."""
+    """Device name -> (leaf switch, switch) of every PCI function, from the synthetic manifest:
+    the leaf from the roles the plan gave the bridges, not from the rule the attribute uses."""
     from topodra.common.pciattrs import device_name
-    from topodra.common.topology import discover
+    from topodra.common.synth.manifest import MANIFEST
 
-    return {device_name(f.address): (f.pcie_leaf_switch, f.pcie_switch) for f in discover(root).pci_devices}
+    pci = json.loads((root / MANIFEST).read_text())["pci"]
+    return {device_name(p["bdf"]): (p["pcie_leaf_switch"], p["pcie_switch"]) for p in pci}
 
 
 def pair_levels(

@@ -4,21 +4,23 @@ switches of one GPU and one NIC).
 
 A claim that matches on pcieLeafSwitch gets a GPU and the NIC of its own leaf (nvidia-smi PIX),
 eight times over; one that matches only on pcieSwitch accepts a pair across two leaves (PXB).
-What the scheduler chose is checked against the machine as discovered from its sysfs tree, not
-against the published attributes alone. No kubelet: the allocation is what is tested.
+What the scheduler chose is checked against the synthetic manifest, whose leaf switches come from
+the roles the plan gave the bridges, not from the rule that makes the published attribute. No
+kubelet: the allocation is what is tested.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from topodra.common.pciattrs import PCIE_LEAF_SWITCH, PCIE_SWITCH
 from topodra.common.synth import build, load_spec
-from topodra.common.topology import discover
-from topodra.common.topology.model import Topology
+from topodra.common.synth.manifest import MANIFEST
 
 from tests.controlplane.allocation import ACC, NIC, Node, claim_namespace, submit
 from tests.controlplane.cluster import ControlPlane
@@ -34,11 +36,28 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
         yield ns
 
 
+@dataclass(frozen=True)
+class Place:
+    pcie_switch: str | None
+    pcie_leaf_switch: str | None
+
+
+class Truth:
+    """Where each PCI function sits by the synthetic manifest (common/synth/manifest.py)."""
+
+    def __init__(self, root: Path) -> None:
+        pci = json.loads((root / MANIFEST).read_text())["pci"]
+        self._by = {p["bdf"]: Place(p["pcie_switch"], p["pcie_leaf_switch"]) for p in pci}
+
+    def pci(self, address: str) -> Place | None:
+        return self._by.get(address)
+
+
 @pytest.fixture(scope="module")
-def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Topology]]:
+def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Truth]]:
     root = tmp_path_factory.mktemp("pxb")
     build(load_spec(SPEC), root)
-    yield root, discover(root)
+    yield root, Truth(root)
 
 
 def pair_claim(match: str, accelerators: int = 1) -> dict[str, Any]:
@@ -57,7 +76,7 @@ def address(node: Node, result: dict[str, Any]) -> str:
 
 
 def test_every_leaf_claim_gets_a_gpu_and_the_nic_of_its_own_leaf(
-    control_plane: ControlPlane, namespace: str, machine: tuple[Path, Topology]
+    control_plane: ControlPlane, namespace: str, machine: tuple[Path, Truth]
 ) -> None:
     root, topo = machine
     node = Node(control_plane, root, "pxb-leaf")
@@ -76,7 +95,7 @@ def test_every_leaf_claim_gets_a_gpu_and_the_nic_of_its_own_leaf(
 
 
 def test_two_gpus_and_a_nic_share_a_switch_tree_but_never_a_leaf(
-    control_plane: ControlPlane, namespace: str, machine: tuple[Path, Topology]
+    control_plane: ControlPlane, namespace: str, machine: tuple[Path, Truth]
 ) -> None:
     """Each leaf holds one GPU: two GPUs and a NIC on one leaf cannot exist, on one switch tree
     they can (and then at least one GPU is PXB from the NIC)."""
