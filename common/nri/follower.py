@@ -111,6 +111,11 @@ class Follower(Handler, ABC, Generic[U, C, W]):
     def placed(self, what: str, entry: Tracked[U], want: W, unmatched: Sequence[str]) -> None:
         """A container was created or updated to `want` (for the log)."""
 
+    def requested(self, event: str, entry: Tracked[U], asked: api.LinuxResources, want: W) -> None:
+        """A CreateContainer ("create") or UpdateContainer ("update") request came with `asked`,
+        which the answer `want` replaces: what the kubelet or an earlier plugin chose (for a
+        policy that tells the node's operator when that was not its own choice)."""
+
     def on_pass(self, context: C) -> None:
         """A reconciliation pass starts with `context`, connected or not (for gauges)."""
 
@@ -214,6 +219,7 @@ class Follower(Handler, ABC, Generic[U, C, W]):
             self._containers[c.id] = entry
             self._pods[pod.id] = entry.pod
         self.placed("container created", entry, want, unmatched)
+        self.requested("create", entry, c.linux.resources, want)
         return api.CreateContainerResponse(
             adjust=api.ContainerAdjustment(linux=api.LinuxContainerAdjustment(resources=resources))
         )
@@ -252,6 +258,7 @@ class Follower(Handler, ABC, Generic[U, C, W]):
         resources = self.resources(want)
         with self._lock:
             entry.applied = resources
+        self.requested("update", entry, request.linux_resources, want)
         return api.UpdateContainerResponse(update=[_update(entry.id, resources)])
 
     def stop_container(self, request: api.StopContainerRequest) -> api.StopContainerResponse:

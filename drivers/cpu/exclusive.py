@@ -122,30 +122,20 @@ class Exclusivity(Follower[pool.ClaimUse, pool.Table, pool.Assignment]):
                 }
         return out
 
-    # --- requests: someone else's cpuset is noticed, then the policy answers ---------------------
+    # --- requests: someone else's cpuset is noticed ---------------------------------------------
 
-    def create_container(self, request: api.CreateContainerRequest) -> api.CreateContainerResponse:
-        response = super().create_container(request)
-        asked = request.container.linux.resources.cpu.cpus
-        if asked and not _same_cpus(asked, response.adjust.linux.resources.cpu.cpus):
-            pod = request.pod
-            self._foreign("create", f"{pod.namespace}/{pod.name}", request.container.name, asked)
-        return response
-
-    def update_container(self, request: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
-        response = super().update_container(request)
-        asked = request.linux_resources.cpu.cpus
-        # no answer of ours: a container the plugin does not track, left as the runtime has it;
-        # its creation was reported if it came with someone else's cpuset
-        ours = next((u.linux.resources.cpu.cpus for u in response.update), "")
-        if asked and ours and not _same_cpus(asked, ours):
-            pod = request.pod
-            self._foreign("update", f"{pod.namespace}/{pod.name}", request.container.name, asked)
-        return response
+    def requested(
+        self, event: str, entry: Tracked[pool.ClaimUse], asked: api.LinuxResources, want: pool.Assignment
+    ) -> None:
+        cpus = asked.cpu.cpus
+        if cpus and parse_cpulist(cpus) != want.cpus:  # unreadable text is nobody's answer of ours
+            self._foreign(event, entry.pod, entry.name, cpus)
 
     def _foreign(self, event: str, pod: str, container: str, cpus: str) -> None:
         """Someone asked for other CPUs than ours. Not our own answer: during a surge update the
-        other instance's answer arrives in the request, and it is the same as ours."""
+        other instance's answer arrives in the request, and it is the same as ours. Told once
+        per pod and container name, so a container the kubelet restarts (a new id) is not told
+        again."""
         FOREIGN_CPUSETS.labels(self.driver, event).inc()
         cpus = cpus[:256]  # the runtime's text, kept short for the log and /readyz
         at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
@@ -235,9 +225,3 @@ class Exclusivity(Follower[pool.ClaimUse, pool.Table, pool.Assignment]):
                 f"({', '.join(unmatched)}): it runs on the shared pool",
                 **fields,
             )
-
-
-def _same_cpus(a: str, b: str) -> bool:
-    """Two cpuset texts naming the same CPUs ("0-2" and "0,1,2"); unreadable text is not ours."""
-    x = parse_cpulist(a)
-    return x is not None and x == parse_cpulist(b)
