@@ -95,10 +95,12 @@ def locate(att: Attachment, sysfs_root: str = "/") -> Where:
         # the host's own (--sysfs-root at a synthetic or captured machine) keeps naming an
         # interface that has moved into a pod, and trusting it would drop the pin holding it.
         listed = iplink.pci_netdevs(sysfs_root, att.pci_address)
-        names = [n for n in listed if iplink.find(host_links, name=n)]
-        if names:
-            link = iplink.find(host_links, mac=mac) if mac else None
-            return Where("host", link.name if link is not None and link.name in names else names[0])
+        # The MAC is looked up among the function's own netdevs: a bond, bridge or VLAN of the
+        # host can carry it too.
+        mine = [link for link in host_links if link.name in listed]
+        if mine:
+            link = iplink.find(mine, mac=mac) if mac else None
+            return Where("host", link.name if link is not None else min(m.name for m in mine))
     link = iplink.find(host_links, mac=mac) if mac else iplink.find(host_links, name=att.host_name)
     if link is not None:
         return Where("host", link.name)

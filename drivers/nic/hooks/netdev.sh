@@ -229,25 +229,29 @@ if [ -n "$inside" ]; then
     exit 0
 fi
 
-# 2. Where is it now? On the host, by MAC (the one mark that names exactly this netdev), else
-#    among its PCI function's netdevs (a function may have several, e.g. two ports: the one
-#    under its host name first), else by name when there is no MAC. The kernel renames a
-#    physical interface that comes back from a dead namespace when its name is taken.
+# 2. Where is it now? A PCI function's netdevs are in its sysfs folder while they are on the
+#    host: the one with the MAC (a function may have several, e.g. two ports), else the one
+#    under its host name, else any (the kernel renames a physical interface that comes back from
+#    a dead namespace when its name is taken, and a MAC can be changed). Only without a PCI
+#    folder (a virtual interface) is the MAC looked up among all host interfaces, else the name:
+#    a bond, a VLAN or a bridge can carry the NIC's MAC too, and must not be taken for it.
 current=''
-if [ -n "$mac" ]; then
-    current=$(by_mac "$mac" env)
-fi
-if [ -z "$current" ] && [ -n "$pci" ] && [ -d "$SYSFS/bus/pci/devices/$pci/net" ]; then
+if [ -n "$pci" ] && [ -d "$SYSFS/bus/pci/devices/$pci/net" ]; then
     set +f # the one glob of this script, over a folder the kernel fills
     for d in "$SYSFS"/bus/pci/devices/"$pci"/net/*; do
         [ -e "$d" ] || continue
+        if [ -n "$mac" ] && [ "$(tr 'A-F' 'a-f' <"$d/address" 2>/dev/null)" = "$mac" ]; then
+            current=${d##*/}
+            break
+        fi
         if [ -z "$current" ] || [ "${d##*/}" = "$host" ]; then
             current=${d##*/}
         fi
     done
     set -f
-fi
-if [ -z "$current" ] && [ -z "$mac" ] && exists "$host" env; then
+elif [ -n "$mac" ]; then
+    current=$(by_mac "$mac" env)
+elif exists "$host" env; then
     current=$host
 fi
 

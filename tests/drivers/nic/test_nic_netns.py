@@ -244,18 +244,71 @@ def test_hook_moves_the_netdev_its_mac_names_when_the_function_has_two(
     links.veth(first, links.name("q7"), peer_ns)
     mac = links.veth(second, links.name("r7"), peer_ns)
     pci = "0000:04:00.0"
-    sysfs = tmp_path / "sys"
-    for n in (first, second):
-        (sysfs / "bus/pci/devices" / pci / "net" / n).mkdir(parents=True)
+    sysfs = pci_function(tmp_path, pci, first, second)
     state = tmp_path / "state"
     links.track_mount(str(state / "netns" / "c1_dev"))
-    args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", second, "--name", "net1"]
+    args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", links.name("old")]
+    with process_in(pod_ns) as pid:
+        seam = {"TOPODRA_HOOK_SYSFS": str(sysfs)}
+        out = run_hook(hook, pid, *args, "--name", "net1", "--mac", mac, "--pci", pci, env=seam)
+        assert out.returncode == 0, out.stderr
+    assert netns_links(pod_ns)["net1"]["address"] == mac
+    assert host_link(first) is not None  # the other port stayed on the host
+
+
+def test_hook_does_not_take_another_interface_with_the_nics_mac_for_the_nic(
+    links: Links, hook: Path, tmp_path: Path
+) -> None:
+    """A bond takes its first port's MAC, and a bridge, a VLAN or any interface can carry a
+    NIC's MAC too; one made before the NIC comes first in the host's link list. The hook takes
+    the netdev of the claim's PCI function, never another interface with the same MAC. A veth
+    stands in for the other one: unlike a bridge it could be moved, and so handed out."""
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    other, nic = links.name("d8"), links.name("h8")
+    links.veth(other, links.name("p8"), peer_ns)  # the lower ifindex
+    mac = links.veth(nic, links.name("q8"), peer_ns)
+    subprocess.run(["ip", "link", "set", "dev", other, "address", mac], check=True)
+    pci = "0000:04:00.0"
+    sysfs = pci_function(tmp_path, pci, nic)
+    state = tmp_path / "state"
+    links.track_mount(str(state / "netns" / "c1_dev"))
+    args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", nic, "--name", "net1"]
     with process_in(pod_ns) as pid:
         seam = {"TOPODRA_HOOK_SYSFS": str(sysfs)}
         out = run_hook(hook, pid, *args, "--mac", mac, "--pci", pci, env=seam)
         assert out.returncode == 0, out.stderr
-    assert netns_links(pod_ns)["net1"]["address"] == mac
-    assert host_link(first) is not None  # the other port stayed on the host
+    assert "net1" in netns_links(pod_ns)
+    assert host_link(nic) is None
+    assert host_link(other) is not None  # the other interface stayed on the host
+
+
+def test_release_finds_the_port_its_mac_names_when_another_interface_shares_the_mac(
+    links: Links, tmp_path: Path
+) -> None:
+    """Unprepare looks for the claim's netdev as the hook does: among its PCI function's netdevs
+    by MAC, not the first host interface with that MAC (then the function's first port)."""
+    peer_ns = links.netns("p")
+    other, first, second = links.name("d9"), links.name("a9"), links.name("b9")
+    links.veth(other, links.name("p9"), peer_ns)  # the lower ifindex
+    links.veth(first, links.name("q9"), peer_ns)
+    mac = links.veth(second, links.name("r9"), peer_ns)
+    subprocess.run(["ip", "link", "set", "dev", other, "address", mac], check=True)
+    pci = "0000:04:00.0"
+    root = pci_function(tmp_path, pci, first, second).parent  # locate reads ROOT/sys/bus/pci
+    att = attachment(links, tmp_path / "state", second, mac, "net1")
+    att = dataclasses.replace(att, pci_address=pci, virtual=False)
+    assert locate(att, str(root)) == Where("host", second)
+
+
+def pci_function(tmp_path: Path, pci: str, *netdevs: str) -> Path:
+    """A folder tree standing in for the host's /sys with one PCI function holding `netdevs`,
+    each with its MAC as the kernel shows it."""
+    sysfs = tmp_path / "sys"
+    for n in netdevs:
+        folder = sysfs / "bus/pci/devices" / pci / "net" / n
+        folder.mkdir(parents=True)
+        (folder / "address").write_text(Path(f"/sys/class/net/{n}/address").read_text())
+    return sysfs
 
 
 def test_hook_follows_the_interface_into_a_recreated_sandbox(
