@@ -95,14 +95,6 @@ def dropped_features(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> set[
     return features
 
 
-def uses_list_attributes(spec: Mapping[str, Any]) -> bool:
-    return any(
-        any(k in value for k in _LIST_KEYS)
-        for device in spec.get("devices") or []
-        for value in (device.get("attributes") or {}).values()
-    )
-
-
 def strip_features(spec: Mapping[str, Any], features: Iterable[str]) -> dict[str, Any]:
     """What the server will store of `spec` when these features are off.
 
