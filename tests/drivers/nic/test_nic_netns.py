@@ -211,6 +211,37 @@ def test_hook_does_not_pull_a_port_out_of_its_bridge(links: Links, hook: Path, t
         assert out.returncode == 0, out.stderr
         assert netns_links(pod_ns)["net1"]["address"] == mac
         assert host_link(host) is None
+        assert not list(Path(f"/sys/class/net/{br}/brif").iterdir())  # the bridge lost its port
+        assert "master" not in netns_links(pod_ns)["net1"]
+
+
+def test_hook_does_not_move_the_parent_of_a_macvlan(links: Links, hook: Path, tmp_path: Path) -> None:
+    """The reason the NIC README gives for withholding a macvlan's parent, on this kernel: moved
+    into a pod, the parent takes nothing with it and the host's macvlan stays on the host riding
+    a link the pod now controls. The hook refuses the move; with --allow-stacked it moves, and
+    the macvlan is seen left behind on a link of the pod's namespace. Real veth and macvlan."""
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    parent, macvlan = links.name("h0"), links.name("m0")
+    mac = links.veth(parent, links.name("q0"), peer_ns)
+    subprocess.run(["ip", "link", "add", "link", parent, "name", macvlan, "type", "macvlan"], check=True)
+    links.links.append(macvlan)
+    state = tmp_path / "state"
+    links.track_mount(str(state / "netns" / "c1_dev"))
+    args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", parent, "--name", "net1"]
+    with process_in(pod_ns) as pid:
+        out = run_hook(hook, pid, *args, "--mac", mac)
+        assert out.returncode != 0
+        assert f"interface {parent} carries {macvlan}: not moved" in out.stderr
+        assert host_link(parent) is not None and "net1" not in netns_links(pod_ns)
+        out = run_hook(hook, pid, *args, "--mac", mac, "--allow-stacked")
+        assert out.returncode == 0, out.stderr
+        assert host_link(parent) is None and netns_links(pod_ns)["net1"]["address"] == mac
+        left = host_link(macvlan)
+        assert left is not None  # still on the host
+        ids = json.loads(
+            subprocess.run(["ip", "-j", "netns", "list-id"], capture_output=True, text=True).stdout
+        )
+        assert {"nsid": left["link_netnsid"], "name": pod_ns} in ids  # riding a link of the pod's
 
 
 def test_hook_finds_a_physical_interface_by_its_pci_address(links: Links, hook: Path, tmp_path: Path) -> None:
