@@ -61,13 +61,18 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def node(cp: ControlPlane, cpu: int, *, declares: bool) -> str:
     name = f"alloc-{uuid.uuid4().hex[:6]}"
     cp.create_node(name, cpu=str(cpu))
-    if declares:  # what a 1.37 kubelet with the gate reports
-        k8s.CoreV1Api(cp.admin).patch_node_status(
-            name,
-            {"status": {"declaredFeatures": ["DRANodeAllocatableResources"]}},
-            _content_type="application/merge-patch+json",
-        )
+    if declares:
+        declare(cp, name)
     return name
+
+
+def declare(cp: ControlPlane, node_name: str) -> None:
+    """What a 1.37 kubelet with the gate reports."""
+    k8s.CoreV1Api(cp.admin).patch_node_status(
+        node_name,
+        {"status": {"declaredFeatures": ["DRANodeAllocatableResources"]}},
+        _content_type="application/merge-patch+json",
+    )
 
 
 def publish(cp: ControlPlane, node_name: str, devices: list[Device]) -> SlicePublisher:
@@ -177,6 +182,36 @@ def test_a_node_that_does_not_declare_the_feature_gets_the_devices_without_mappi
         assert scheduled(cluster, f"{n}-asks") == (True, "")
     finally:
         pub.stop()
+
+
+def test_a_restart_after_the_kubelet_declares_the_feature_publishes_the_mappings(
+    cluster: ControlPlane, machine: Path
+) -> None:
+    """The CPU README's promise: the driver that found the node not declaring the feature
+    published without the mappings; once the node's kubelet declares it, the driver's next start
+    publishes them over the slices it left (they lack the mappings because the node refused
+    them, not because the API server drops them), and the scheduler then counts a claim's CPUs."""
+    devices = build_devices(discover(machine), CpuOptions(granularity="core", node_allocatable=True))
+    two_cores = 2 * int(devices[0].node_allocatable["cpu"].device_multiplier or 0)
+    n = node(cluster, two_cores, declares=False)
+    first = publish(cluster, n, devices)
+    assert compare.NODE_ALLOCATABLE in first.status().dropped_features
+    first.stop()
+    declare(cluster, n)
+    second = publish(cluster, n, devices)
+    try:
+        assert compare.NODE_ALLOCATABLE not in second.status().dropped_features
+        stored = [d for s in second.published() for d in s["spec"]["devices"]]
+        assert {d["name"] for d in stored} == {d.name for d in devices}
+        assert all("nodeAllocatableResources" in d for d in stored)
+        claim(cluster, f"{n}-two", {"count": 2})
+        pod(cluster, f"{n}-claims", n, claim_name=f"{n}-two")
+        assert scheduled(cluster, f"{n}-claims") == (True, "")
+        pod(cluster, f"{n}-asks", n, cpu="1")  # the claim's two cores are the node's whole cpu
+        placed, why = scheduled(cluster, f"{n}-asks")
+        assert not placed and "Insufficient cpu" in why, why
+    finally:
+        second.stop()
 
 
 def test_turning_the_flag_on_over_slices_published_without_it_publishes_the_mappings(
