@@ -19,29 +19,23 @@ container without a claim would run on every CPU; here:
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 from topodra.common.topology import discover
 from topodra.common.topology.parse import compress
 from topodra.drivers.cpu import devices as layout
 from topodra.drivers.cpu.options import CpuOptions
 
-from tests.controlplane.cluster import api_resource
-from tests.controlplane.objects import device_class_body, eventually
-from tests.kit.claims import claim_body
-from tests.node.cpu_host_driver import HostCpuDriver, Sample, cpu_samples, in_nri_mode, watcher
+from tests.controlplane.objects import eventually
+from tests.node.cpu_host_driver import HostCpuDriver, Sample, cpu_samples, in_nri_mode
+from tests.node.cpu_pods import claim_pod, cpu_claim, cpu_device_class, run, samples, watching_pod
 from tests.node.node import RealNode
-from tests.node.pods import delete_namespace, make_namespace, wait_gone, wait_running
+from tests.node.pods import delete_namespace, make_namespace, wait_gone
 
 pytestmark = pytest.mark.node
-
-CLASS = "cpu.topodra.io"
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +48,7 @@ def online() -> frozenset[int]:
 
 @pytest.fixture(scope="module")
 def driver(real_node: RealNode, online: frozenset[int]) -> Iterator[HostCpuDriver]:
-    with contextlib.suppress(ApiException):  # shared cluster: another module may have made it
-        api_resource(real_node.cp.dynamic, "DeviceClass").create(body=device_class_body(CLASS, layout.DRIVER))
+    cpu_device_class(real_node)
     with in_nri_mode(real_node) as d:
         yield d
 
@@ -67,69 +60,18 @@ def ns(real_node: RealNode, driver: HostCpuDriver) -> Iterator[str]:
     delete_namespace(real_node, name)  # the driver is still up: the kubelet unprepares
 
 
-def cpu_claim(node: RealNode, ns: str, name: str, count: int = 1) -> None:
-    body = claim_body(name, CLASS, request="cpus", capacity={"requests": {layout.CAPACITY: str(count)}})
-    api_resource(node.cp.dynamic, "ResourceClaim").create(body=body, namespace=ns)
-
-
-def pod(
-    node: RealNode, name: str, containers: list[dict[str, Any]], claim: str | None = None
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": 0,
-        "containers": containers,
-    }
-    if claim:
-        spec["resourceClaims"] = [{"name": "cpus", "resourceClaimName": claim}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-
-
-def image(node: RealNode) -> str:
-    assert node.busybox is not None
-    return node.busybox.name
-
-
-def run(node: RealNode, ns: str, body: dict[str, Any]) -> str:
-    node.core.create_namespaced_pod(ns, body)
-    name = str(body["metadata"]["name"])
-    wait_running(node, ns, name)
-    return name
-
-
-def samples(node: RealNode, ns: str, pod: str, container: str = "main", at_least: int = 1) -> list[Sample]:
-    return eventually(
-        f"{at_least} CPU samples from {pod}/{container}",
-        lambda: (s := cpu_samples(node, ns, pod, container)) and len(s) >= at_least and s,
-        30,
-    )
-
-
 def after(seen: list[Sample], moment: datetime.datetime) -> list[Sample]:
     return [s for s in seen if s.at > moment]
-
-
-def claim_pod(
-    node: RealNode, ns: str, name: str, sidecar: bool = False
-) -> tuple[frozenset[int], datetime.datetime]:
-    """A Pod whose main container holds a one-CPU claim; its CPUs and its first sample's time."""
-    cpu_claim(node, ns, f"{name}-claim")
-    containers = [watcher("main", image(node), claims=["cpus"])]
-    if sidecar:
-        containers.append(watcher("sidecar", image(node)))
-    run(node, ns, pod(node, name, containers, claim=f"{name}-claim"))
-    first = samples(node, ns, name)[0]
-    return first.cpus, first.at
 
 
 def test_best_effort_pods_before_and_after_a_claim_never_share_its_cpus(
     real_node: RealNode, ns: str, online: frozenset[int], driver: HostCpuDriver
 ) -> None:
-    early = run(real_node, ns, pod(real_node, "early", [watcher("main", image(real_node))]))
+    early = run(real_node, ns, watching_pod(real_node, "early"))
     claimed, started = claim_pod(real_node, ns, "claimer")
     assert len(claimed) == 1 and claimed < online
     shared = online - claimed
-    late = run(real_node, ns, pod(real_node, "late", [watcher("main", image(real_node))]))
+    late = run(real_node, ns, watching_pod(real_node, "late"))
     time.sleep(2)  # a few more samples of everybody while the claim is held
 
     early_seen = samples(real_node, ns, early)
@@ -173,9 +115,7 @@ def test_the_shared_pool_keeps_its_minimum_whatever_is_asked(
         assert claimed <= claimable
     # one more is more than the published capacity: the scheduler cannot place it
     cpu_claim(real_node, ns, "over-claim")
-    real_node.core.create_namespaced_pod(
-        ns, pod(real_node, "over", [watcher("main", image(real_node), claims=["cpus"])], claim="over-claim")
-    )
+    real_node.core.create_namespaced_pod(ns, watching_pod(real_node, "over", claim="over-claim"))
 
     def unschedulable() -> bool:
         p = real_node.core.read_namespaced_pod("over", ns)
@@ -186,7 +126,7 @@ def test_the_shared_pool_keeps_its_minimum_whatever_is_asked(
 
     eventually("the extra claim's pod to be unschedulable", unschedulable, 60)
     # and a container without a claim still has the kept CPUs to run on
-    spare = run(real_node, ns, pod(real_node, "spare", [watcher("main", image(real_node))]))
+    spare = run(real_node, ns, watching_pod(real_node, "spare"))
     assert all(s.cpus == kept for s in samples(real_node, ns, spare, at_least=3))
     assert driver.detail()["shared_pool"] == compress(sorted(kept))
 
@@ -194,13 +134,13 @@ def test_the_shared_pool_keeps_its_minimum_whatever_is_asked(
 def test_driver_restart_moves_nobody_onto_claimed_cpus_and_corrects_pods_started_meanwhile(
     real_node: RealNode, ns: str, online: frozenset[int], driver: HostCpuDriver
 ) -> None:
-    steady = run(real_node, ns, pod(real_node, "steady", [watcher("main", image(real_node))]))
+    steady = run(real_node, ns, watching_pod(real_node, "steady"))
     claimed, started = claim_pod(real_node, ns, "holder")
     shared = online - claimed
 
     driver.stop()
     try:
-        meanwhile = run(real_node, ns, pod(real_node, "meanwhile", [watcher("main", image(real_node))]))
+        meanwhile = run(real_node, ns, watching_pod(real_node, "meanwhile"))
         # nobody adjusted it: the runtime started it on every CPU, the claimed ones included
         assert samples(real_node, ns, meanwhile)[0].cpus == online
     finally:
@@ -224,7 +164,7 @@ def test_driver_restart_moves_nobody_onto_claimed_cpus_and_corrects_pods_started
 def test_runtime_restart_keeps_the_claim_exclusive_and_pins_pods_created_after_it(
     real_node: RealNode, ns: str, online: frozenset[int], driver: HostCpuDriver
 ) -> None:
-    steady = run(real_node, ns, pod(real_node, "steady", [watcher("main", image(real_node))]))
+    steady = run(real_node, ns, watching_pod(real_node, "steady"))
     claimed, started = claim_pod(real_node, ns, "holder")
     shared = online - claimed
     try:
@@ -237,7 +177,7 @@ def test_runtime_restart_keeps_the_claim_exclusive_and_pins_pods_created_after_i
         eventually("NRI mode with the new runtime", lambda: driver.detail().get("pinning") == "nri", 60)
     finally:
         real_node.wait_node_ready()
-    after_restart = run(real_node, ns, pod(real_node, "later", [watcher("main", image(real_node))]))
+    after_restart = run(real_node, ns, watching_pod(real_node, "later"))
     time.sleep(2)
     later_seen = samples(real_node, ns, after_restart)
     assert all(s.cpus == shared for s in later_seen), [sorted(s.cpus) for s in later_seen]

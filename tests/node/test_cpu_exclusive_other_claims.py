@@ -16,9 +16,9 @@ from topodra.common.topology import discover
 
 from tests.controlplane.cluster import api_resource
 from tests.node.cpu_host_driver import HostCpuDriver, in_nri_mode, watcher
+from tests.node.cpu_pods import claim_pod, image, pod, run, samples
 from tests.node.drivers import Drivers
 from tests.node.pods import delete_namespace, make_namespace
-from tests.node.test_cpu_exclusive import claim_pod, image, pod, run, samples
 
 pytestmark = pytest.mark.node
 

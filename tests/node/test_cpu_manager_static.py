@@ -16,19 +16,15 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import yaml
-from kubernetes.client.exceptions import ApiException
 from topodra.common.topology import discover
 from topodra.common.topology.parse import compress
-from topodra.drivers.cpu import devices as layout
 
-from tests.controlplane.cluster import api_resource
-from tests.controlplane.objects import device_class_body, eventually
-from tests.kit.claims import claim_body
-from tests.node.cpu_host_driver import HostCpuDriver, cpu_samples, in_nri_mode, watcher
+from tests.controlplane.objects import eventually
+from tests.node.cpu_host_driver import HostCpuDriver, cpu_samples, in_nri_mode
+from tests.node.cpu_pods import cpu_claim, cpu_device_class, watching_pod
 from tests.node.node import RealNode
 from tests.node.pods import busybox_pod, create, delete_namespace, make_namespace, wait_running
 
@@ -66,25 +62,6 @@ def foreign(d: HostCpuDriver) -> dict[str, object]:
     return got
 
 
-def cpu_claim(node: RealNode, ns: str, name: str) -> None:
-    with contextlib.suppress(ApiException):  # shared cluster: another module may have made it
-        api_resource(node.cp.dynamic, "DeviceClass").create(body=device_class_body(DRIVER, DRIVER))
-    body = claim_body(name, DRIVER, request="cpus", capacity={"requests": {layout.CAPACITY: "1"}})
-    api_resource(node.cp.dynamic, "ResourceClaim").create(body=body, namespace=ns)
-
-
-def watching_pod(node: RealNode, name: str, claim: str | None = None) -> dict[str, Any]:
-    assert node.busybox is not None
-    spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": 0,
-        "containers": [watcher("main", node.busybox.name, claims=["cpus"] if claim else ())],
-    }
-    if claim:
-        spec["resourceClaims"] = [{"name": "cpus", "resourceClaimName": claim}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-
-
 def test_a_static_kubelet_is_noticed_and_its_cpusets_replaced(real_node: RealNode) -> None:
     online = frozenset(discover("/").usable_cpus())
     if len(online) < 2:
@@ -94,6 +71,7 @@ def test_a_static_kubelet_is_noticed_and_its_cpusets_replaced(real_node: RealNod
         with kubelet_cpu_manager_static(real_node, compress(sorted(online)[:1])):
             ns = make_namespace(real_node, "static")
             try:
+                cpu_device_class(real_node)
                 cpu_claim(real_node, ns, "c")
                 create(real_node, ns, watching_pod(real_node, "holder", claim="c"))
                 wait_running(real_node, ns, "holder")
