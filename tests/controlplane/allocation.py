@@ -18,6 +18,7 @@ import kubernetes.client as k8s
 
 from hack.bench.sim import driver_devices, node_slices
 from tests.controlplane.cluster import ControlPlane, api_resource, unique_name
+from tests.controlplane.objects import pod_body
 
 ACC, NIC = "accelerator.topodra.io", "nic.topodra.io"
 DEVICE_CLASSES = Path(__file__).resolve().parents[2] / "deploy" / "base" / "deviceclasses.yaml"
@@ -66,17 +67,9 @@ def submit(
     claims = api_resource(cp.dynamic, "ResourceClaim")
     pods = api_resource(cp.dynamic, "Pod", "v1")
     claims.create(namespace=ns, body={"metadata": {"name": name}, "spec": spec})
-    pod = {
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node_name},
-            "resourceClaims": [{"name": "devices", "resourceClaimName": name}],
-            "containers": [
-                {"name": "c", "image": "topodra.invalid/x", "resources": {"claims": [{"name": "devices"}]}}
-            ],
-            "terminationGracePeriodSeconds": 0,
-        },
-    }
+    claim = {"name": "devices", "resourceClaimName": name}
+    pod = pod_body(name, [claim], {"kubernetes.io/hostname": node_name})
+    pod["spec"]["terminationGracePeriodSeconds"] = 0  # no kubelet here to see a deleted pod off
     pods.create(namespace=ns, body=pod)
     deadline = time.monotonic() + 90
     last = ""

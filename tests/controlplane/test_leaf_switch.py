@@ -11,7 +11,6 @@ kubelet: the allocation is what is tested.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +18,10 @@ from typing import Any
 
 import pytest
 from topodra.common.pciattrs import PCIE_LEAF_SWITCH, PCIE_SWITCH
-from topodra.common.synth import build, load_spec
-from topodra.common.synth.manifest import MANIFEST
 
 from tests.controlplane.allocation import ACC, NIC, Node, claim_namespace, submit
 from tests.controlplane.cluster import ControlPlane
+from tests.kit.machines import SynthTree, synth_builder
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 
@@ -45,19 +43,17 @@ class Place:
 class Truth:
     """Where each PCI function sits by the synthetic manifest (common/synth/manifest.py)."""
 
-    def __init__(self, root: Path) -> None:
-        pci = json.loads((root / MANIFEST).read_text())["pci"]
-        self._by = {p["bdf"]: Place(p["pcie_switch"], p["pcie_leaf_switch"]) for p in pci}
+    def __init__(self, tree: SynthTree) -> None:
+        self._by = {p["bdf"]: Place(p["pcie_switch"], p["pcie_leaf_switch"]) for p in tree.manifest["pci"]}
 
     def pci(self, address: str) -> Place | None:
         return self._by.get(address)
 
 
 @pytest.fixture(scope="module")
-def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Truth]]:
-    root = tmp_path_factory.mktemp("pxb")
-    build(load_spec(SPEC), root)
-    yield root, Truth(root)
+def machine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Truth]:
+    tree = synth_builder(tmp_path_factory, "leaf")(SPEC)
+    return tree.root, Truth(tree)
 
 
 def pair_claim(match: str, accelerators: int = 1) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from topodra.common.runtime.checkpoint import Checkpoint
 from topodra.common.runtime.claims import ClaimManager, cdi_kind
 from topodra.common.topology import discover
 from topodra.drivers.cpu import devices as layout
-from topodra.drivers.cpu import exclusive, pinning, pool
+from topodra.drivers.cpu import exclusive, pool
 from topodra.drivers.cpu.driver import CpuDriver
 from topodra.drivers.cpu.holdings import Holding
 from topodra.drivers.cpu.options import CpuOptions
@@ -188,9 +188,9 @@ def test_create_container_pins_claim_containers_and_shrinks_everybody_else(
     root: Path, tmp_path: Path
 ) -> None:
     d = make(root, tmp_path)
-    everything = set(discover(root).usable_cpus())
+    everything = "0-31"  # the fixture's devices/system/cpu/online (32-111: possible, not present)
     before = create(d, container())
-    assert before.adjust.linux.resources.cpu.cpus == pinning.fmt(everything)
+    assert before.adjust.linux.resources.cpu.cpus == everything
     assert not before.adjust.linux.resources.cpu.mems
     store = ClaimStore()
     manager = ClaimManager(
@@ -201,19 +201,20 @@ def test_create_container_pins_claim_containers_and_shrinks_everybody_else(
         a = store.put(claim_object("a", [Result("numa-0", 2)]))
         out = manager.prepare([a])[a.uid]
         ids = [i for dev in out.devices for i in dev.cdi_device_ids]
-        held = {1, 17}  # the lowest free core: 0 and 16 are kept for the shared pool
+        others = "0,2-16,18-31"  # everything but the claim's 1 and 17
         mine = create(d, container(ids))
+        # the lowest free core: 0 and 16 are kept for the shared pool
         assert mine.adjust.linux.resources.cpu.cpus == "1,17"
         assert mine.adjust.linux.resources.cpu.mems == "0"  # --cpu-pin-memory auto
         other = create(d, container())
-        assert other.adjust.linux.resources.cpu.cpus == pinning.fmt(everything - held)
+        assert other.adjust.linux.resources.cpu.cpus == others
         # the kubelet resizing a container keeps it where it belongs
         assert d.exclusive is not None
         update = d.exclusive.update_container(api.UpdateContainerRequest(container=api.Container(id="c1")))
         (u,) = update.update
-        assert u.container_id == "c1" and u.linux.resources.cpu.cpus == pinning.fmt(everything - held)
+        assert u.container_id == "c1" and u.linux.resources.cpu.cpus == others
         assert manager.unprepare([a])[a.uid] == ""
-        assert create(d, container()).adjust.linux.resources.cpu.cpus == pinning.fmt(everything)
+        assert create(d, container()).adjust.linux.resources.cpu.cpus == everything
     finally:
         manager.close()
 
@@ -227,7 +228,7 @@ def test_a_cpuset_chosen_by_someone_else_is_replaced_reported_and_counted(
     time in the counter, the last one in /readyz."""
     d = make(root, tmp_path)
     assert d.exclusive is not None
-    everything = pinning.fmt(discover(root).usable_cpus())
+    everything = "0-31"  # the fixture's devices/system/cpu/online
     assert "foreign_cpusets" not in d.status_detail()
     before = exclusive.FOREIGN_CPUSETS.labels(d.name, "create")._value.get()
     with caplog.at_level(logging.WARNING, logger="topodra.drivers.cpu.exclusive"):

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from topodra.common.synth import build, load_spec
 from topodra.drivers.cli.main import main
+
+from tests.kit.machines import synth_builder
 
 STD, TOPO = "resource.kubernetes.io/", "topology.topodra.io/"
 COLUMNS = {
@@ -28,9 +29,7 @@ COLUMNS = {
 
 @pytest.fixture(scope="module")
 def machine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("pxb")
-    build(load_spec("2s-8acc-8nic-pxb"), root)
-    return root
+    return synth_builder(tmp_path_factory, "slices-table")("2s-8acc-8nic-pxb").root
 
 
 def slices(root: Path, output: str) -> str:

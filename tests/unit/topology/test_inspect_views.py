@@ -16,8 +16,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from topodra.common.synth import build as build_tree
-from topodra.common.synth import load_spec_text
 from topodra.common.topology.discover import discover
 from topodra.common.topology.locality import LEVELS, Locality, locality
 from topodra.common.topology.parse import compress
@@ -27,10 +25,9 @@ from topodra.drivers.cli.main import main
 from tests.conftest import REPO
 from tests.kit.machines import SynthTree, synth_builder
 
-LEAF_KEY, SWITCH_KEY = "topology.topodra.io/pcieLeafSwitch", "topology.topodra.io/pcieSwitch"
+# the codes after LEAF, closest first, each with the attribute both devices publish at it
 ATTRIBUTE_ORDER = (
-    (Locality.LEAF, LEAF_KEY),
-    (Locality.SW, SWITCH_KEY),
+    (Locality.SW, "topology.topodra.io/pcieSwitch"),
     (Locality.ROOT, "resource.kubernetes.io/pcieRoot"),
     (Locality.NUMA, "resource.kubernetes.io/numaNode"),
     (Locality.SOCK, "topology.topodra.io/socket"),
@@ -67,15 +64,18 @@ def published_attributes(root: Path) -> dict[str, dict[str, object]]:
 
 @pytest.mark.parametrize("name", ["2s-8acc-8nic", "2s-8acc-8nic-snc2", "1s-4acc", "2s-8acc-8nic-pxb"])
 def test_every_code_is_the_attribute_both_devices_publish(machines: object, name: str) -> None:
-    """LEAF where the two share a leaf switch below the outermost one (nested switches); with
-    one level of switches the leaf is the outermost switch and the code is SW."""
+    """LEAF where the synthetic plan puts the two below one leaf switch that is not the
+    outermost switch (its manifest, from the roles it gave the bridges: nested switches only);
+    every other code is the closest attribute both devices publish."""
     tree: SynthTree = machines(name)  # type: ignore[operator]
     topo = discover(tree.root)
     view = build(topo)
     published = published_attributes(tree.root)
+    planned = {p["bdf"]: p for p in tree.manifest["pci"]}
     items = [i for i in view.matrix_items() if i.fn.address in published]
     assert len(items) >= 5
     seen = set()
+    leaf_pairs: set[frozenset[str]] = set()
     for a in items:
         for b in items:
             level = locality(topo, a.fn, b.fn)
@@ -83,10 +83,15 @@ def test_every_code_is_the_attribute_both_devices_publish(machines: object, name
             if level is Locality.SELF:
                 continue
             pa, pb = published[a.fn.address], published[b.fn.address]
-            shared = [lv for lv, key in ATTRIBUTE_ORDER if key in pa and pa.get(key) == pb.get(key)]
-            if Locality.LEAF in shared and pa[LEAF_KEY] == pa[SWITCH_KEY]:
-                shared.remove(Locality.LEAF)
-            assert level is (shared[0] if shared else Locality.SYS), (a.label, b.label, shared)
+            ma, mb = planned[a.fn.address], planned[b.fn.address]
+            leaf = ma["pcie_leaf_switch"]
+            if leaf is not None and leaf == mb["pcie_leaf_switch"] != ma["pcie_switch"]:
+                expected_level = Locality.LEAF
+                leaf_pairs.add(frozenset((a.label, b.label)))
+            else:
+                shared = [lv for lv, key in ATTRIBUTE_ORDER if key in pa and pa.get(key) == pb.get(key)]
+                expected_level = shared[0] if shared else Locality.SYS
+            assert level is expected_level, (a.label, b.label)
             info = LEVELS[level]
             if info.attribute is not None:
                 assert pa[info.attribute] == pb[info.attribute]
@@ -97,8 +102,10 @@ def test_every_code_is_the_attribute_both_devices_publish(machines: object, name
         expected.add(Locality.SOCK)  # two NUMA nodes per socket
     if name == "2s-8acc-8nic-pxb":
         expected.add(Locality.LEAF)  # a GPU and the NIC on its leaf switch; SW across leaves
+        # NIC0 and NIC1 are the onboard ports; each leaf holds one GPU and the next NIC
+        assert leaf_pairs == {frozenset((f"ACC{i}", f"NIC{i + 2}")) for i in range(8)}
     else:
-        assert Locality.LEAF not in seen
+        assert Locality.LEAF not in seen and not leaf_pairs
     assert expected <= seen
 
 
@@ -332,12 +339,12 @@ MIXED = {
 
 
 def test_a_switchs_own_devices_come_before_its_leaves(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Printed after the leaf's devices, at their indent, the top switch's own NIC would read as
     the leaf's."""
-    build_tree(load_spec_text(json.dumps(MIXED)), tmp_path)
-    out = run(capsys, "--sysfs-root", str(tmp_path), "--color", "never")
+    tree = synth_builder(tmp_path_factory, "inspect", {"mixed": MIXED})("mixed")
+    out = run(capsys, "--sysfs-root", str(tree.root), "--color", "never")
     lines = out[out.index("What sits together") : out.index("\nLocality\n")].splitlines()
     at = next(i for i, line in enumerate(lines) if "PCIe switch" in line)
     assert [line.split()[0] for line in lines[at + 1 : at + 5]] == ["NIC1", "leaf", "ACC0", "NIC0"]
