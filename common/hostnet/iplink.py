@@ -31,6 +31,9 @@ class Link:
     operstate: str | None
     flags: tuple[str, ...]
     kind: str | None = None  # veth, bond, ... (None: a real device)
+    # the device under the netdev as the kernel names it (5.15+, any namespace): ("pci",
+    # "0000:3b:00.0") for a PCI function; nothing a pod can give an interface it makes itself
+    parent: tuple[str, str] | None = None
 
     @property
     def up(self) -> bool:
@@ -72,9 +75,15 @@ def links(netns: str | None = None) -> list[Link]:
                 operstate=(e.get("operstate") or "").lower() or None,
                 flags=tuple(e.get("flags") or ()),
                 kind=info.get("info_kind"),
+                parent=_parent(e),
             )
         )
     return result
+
+
+def _parent(e: dict[str, object]) -> tuple[str, str] | None:
+    bus, dev = e.get("parentbus"), e.get("parentdev")
+    return (bus, dev) if isinstance(bus, str) and isinstance(dev, str) and bus and dev else None
 
 
 def find(all_links: Sequence[Link], *, mac: str | None = None, name: str | None = None) -> Link | None:

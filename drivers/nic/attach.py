@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -105,8 +105,7 @@ def locate(att: Attachment, sysfs_root: str = "/") -> Where:
     if link is not None:
         return Where("host", link.name)
     if iplink.is_pinned_netns(att.pin):
-        inside = iplink.links(att.pin)
-        link = iplink.find(inside, mac=mac) if mac else iplink.find(inside, name=att.container_name)
+        link = in_pod(att, iplink.links(att.pin), parents_known(sysfs_root, host_links))
         if link is not None:
             return Where("pinned", link.name)
     if listed and os.path.realpath(sysfs_root) != "/":
@@ -115,6 +114,35 @@ def locate(att: Attachment, sysfs_root: str = "/") -> Where:
         # only witness left. On the host's own sysfs this stays "gone": netlink is the truth there.
         return Where("host", listed[0])
     return Where("gone")
+
+
+def in_pod(att: Attachment, inside: Sequence[iplink.Link], parents: bool) -> iplink.Link | None:
+    """The claim's interface among the links of a pod's namespace, where a pod with NET_ADMIN
+    can make interfaces of its own, give them the NIC's MAC and name, and change the NIC's:
+    what is taken from there goes to the host under the NIC's name. A PCI function is known by
+    the device under it (`parents`: the kernel reports those), which no interface a pod makes
+    has; among several (two ports of one function) the MAC, then the name, tells them apart.
+    Otherwise (a virtual interface, an older kernel) nothing is beyond a pod's reach: the MAC
+    and the name together come first, then the MAC alone, or the name where there is no MAC."""
+    mac = _usable_mac(att.mac)
+    mac = mac.lower() if mac else None
+    physical = bool(att.pci_address and parents)
+    candidates = [link for link in inside if link.parent == ("pci", att.pci_address)] if physical else inside
+    ranked = [[link for link in candidates if mac and link.mac == mac and link.name == att.container_name]]
+    if mac:
+        ranked.append([link for link in candidates if link.mac == mac])
+    if physical or not mac:
+        ranked.append([link for link in candidates if link.name == att.container_name])
+    if physical:
+        ranked.append(list(candidates))  # the pod changed both its MAC and its name
+    return next((group[0] for group in ranked if group), None)
+
+
+def parents_known(sysfs_root: str, host_links: Sequence[iplink.Link]) -> bool:
+    """A PCI function's netdev can be told by the device under it: the kernel reports those
+    (5.15+: some host interface shows one), and the PCI addresses are the host's own (under a
+    --sysfs-root at a synthetic machine, veths without a device stand in for its NICs)."""
+    return os.path.realpath(sysfs_root) == "/" and any(link.parent is not None for link in host_links)
 
 
 def release(
@@ -188,7 +216,7 @@ def _name_taken(name: str, mac: str | None) -> bool:
 # --- a pod's namespace that nobody uses any more -------------------------------------------------
 
 
-def return_orphan(att: Attachment, in_use: set[int]) -> str | None:
+def return_orphan(att: Attachment, in_use: set[int], sysfs_root: str = "/") -> str | None:
     """Bring the interface home when the pinned namespace has no process left (the pod died),
     while the claim stays prepared. None when there is nothing to do.
 
@@ -206,9 +234,7 @@ def return_orphan(att: Attachment, in_use: set[int]) -> str | None:
         if not iplink.is_pinned_netns(att.pin) or st.st_ino in in_use:
             return None
         ns = f"/proc/{os.getpid()}/fd/{fd}"
-        mac = _usable_mac(att.mac)
-        inside = iplink.links(ns)
-        link = iplink.find(inside, mac=mac) if mac else iplink.find(inside, name=att.container_name)
+        link = in_pod(att, iplink.links(ns), parents_known(sysfs_root, iplink.links()))
         done = "the pod's namespace was empty"
         if link is not None:
             if _name_taken(att.host_name, att.mac):

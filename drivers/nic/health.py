@@ -13,7 +13,7 @@ from pathlib import Path
 from topodra.common.hostnet import iplink
 from topodra.common.runtime.driver import DeviceHealth, Health
 from topodra.common.topology.hostfiles import read_text
-from topodra.drivers.nic.attach import Attachment
+from topodra.drivers.nic.attach import Attachment, in_pod, parents_known
 from topodra.drivers.nic.devices import Nic, link_is_down
 
 REMOVED = DeviceHealth(Health.UNHEALTHY, "device removed", "DeviceRemoved")
@@ -94,9 +94,10 @@ class InPods:
         result = DeviceHealth(Health.UNKNOWN, "in a pod; its namespace is not pinned")
         if iplink.is_pinned_netns(att.pin):
             try:
-                link = iplink.find(iplink.links(att.pin), mac=att.mac) if att.mac else None
-                if link is None:
-                    link = iplink.find(iplink.links(att.pin), name=att.container_name)
+                inside = iplink.links(att.pin)
+                link = in_pod(att, inside, parents_known(self._root, iplink.links()))
+                if link is None:  # a virtual interface whose MAC the pod changed
+                    link = iplink.find(inside, name=att.container_name)
             except (iplink.IpError, ValueError) as e:
                 result = DeviceHealth(Health.UNKNOWN, f"cannot look into the pod's namespace: {e}")
             else:

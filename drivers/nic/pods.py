@@ -71,6 +71,7 @@ class PodWatch:
         self, sysfs_root: str, interval: float, clock: Callable[[], float], log: logs.Logger
     ) -> None:
         self._in_pods = health.InPods(sysfs_root, interval, clock)
+        self._sysfs_root = sysfs_root
         self._interval = interval
         self._clock = clock
         self._orphans_at = float("-inf")
@@ -106,7 +107,7 @@ class PodWatch:
         for h in pinned:
             att = h.attachment
             try:
-                done = attach.return_orphan(att, in_use)
+                done = attach.return_orphan(att, in_use, self._sysfs_root)
             except (ReleaseError, iplink.IpError, OSError) as e:
                 self._log.error(f"cannot return {att.device} from its dead pod: {e}", device=att.device)
                 continue

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from topodra.common.hostnet import iplink
 from topodra.drivers.nic import hookfiles
-from topodra.drivers.nic.attach import Attachment, ReleaseError, Where, locate, release
+from topodra.drivers.nic.attach import Attachment, ReleaseError, Where, in_pod, locate, release
 
 from tests.drivers.nic.conftest import Links, host_link, netns_links, process_in
 
@@ -110,6 +110,57 @@ def test_a_sysfs_root_that_still_names_the_netdev_does_not_hide_the_pinned_inter
     link = host_link(host)
     assert link is not None and link["address"] == mac
     assert locate(att, str(root)) == Where("host", host)
+
+
+def test_release_takes_the_claims_interface_not_a_copy_the_pod_made(
+    links: Links, hook: Path, tmp_path: Path
+) -> None:
+    """A pod with NET_ADMIN makes a veth of its own in its namespace and gives it the NIC's MAC;
+    made there, it has a lower ifindex than the NIC, which kept the host's. Release must bring
+    the claim's interface home under the host name, not the pod's copy."""
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    host = links.name("h6")
+    mac = links.veth(host, links.name("q6"), peer_ns)
+    ifindex = host_link(host)["ifindex"]  # type: ignore[index]
+    state = tmp_path / "state"
+    att = attachment(links, state, host, mac, "net1")
+    with process_in(pod_ns) as pid:
+        args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", host, "--name", "net1"]
+        out = run_hook(hook, pid, *args, "--mac", mac)
+        assert out.returncode == 0, out.stderr
+        ip = ["ip", "-n", pod_ns, "link"]
+        subprocess.run([*ip, "add", "copy0", "type", "veth", "peer", "name", "copy1"], check=True)
+        subprocess.run([*ip, "set", "dev", "copy0", "address", mac], check=True)
+        inside = netns_links(pod_ns)
+        assert inside["copy0"]["ifindex"] < inside["net1"]["ifindex"]  # listed first
+        assert locate(att) == Where("pinned", "net1")
+        assert release(att) == f"moved back from the pinned namespace as {host}"
+    link = host_link(host)
+    assert link is not None and link["ifindex"] == ifindex  # the claim's own interface
+    assert "copy0" in netns_links(pod_ns)  # the copy stayed with the pod
+
+
+def test_a_pci_nic_in_a_pod_is_known_by_its_device_not_its_mac_or_name() -> None:
+    """Among a pod's links, a PCI function's netdev is the one the kernel shows over that
+    function, whatever MAC and name the pod gave it and its copies. Link lists as `ip -d -j link`
+    reads them: no PCI NIC can be moved into a namespace on this machine."""
+    pci = "0000:3b:00.0"
+    att = Attachment("pci-0000-3b-00-0", "nic", "node-a", "ens1f0", "net1", "0c:42:a1:00:00:01", pci,
+                     virtual=False, mode="hook", pin="/x")  # fmt: skip
+
+    def link(name: str, mac: str, ifindex: int, parent: tuple[str, str] | None = None) -> iplink.Link:
+        return iplink.Link(name, ifindex, mac, "up", ("UP",), None, parent)
+
+    copy = link("net1", att.mac or "", 2)  # the pod's copy, with the MAC and the name
+    renamed = link("x", "02:00:00:00:00:09", 40, ("pci", pci))  # the NIC, MAC and name changed
+    other_port = link("net2", "0c:42:a1:00:00:02", 41, ("pci", pci))  # the function's second port
+    assert in_pod(att, [copy, renamed], parents=True) is renamed
+    mine = link("y", att.mac or "", 42, ("pci", pci))
+    assert in_pod(att, [copy, other_port, mine], parents=True) is mine  # the MAC tells two ports apart
+    assert in_pod(att, [copy, other_port, renamed], parents=True) in (other_port, renamed)  # never the copy
+    assert in_pod(att, [copy], parents=True) is None  # gone from the pod: not the copy
+    # a kernel that shows no devices (before 5.15), or a synthetic machine's stand-ins: the MAC
+    assert in_pod(att, [renamed, copy], parents=False) is copy
 
 
 def test_release_renames_an_interface_the_kernel_renamed(links: Links, tmp_path: Path) -> None:
