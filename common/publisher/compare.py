@@ -19,16 +19,12 @@ from topodra.common.publisher import quantity
 # Features whose fields the server drops when their gate is off, and how we spot each.
 TAINTS = "DRADeviceTaints"
 CONSUMABLE = "DRAConsumableCapacity"
-BINDING = "DRADeviceBindingConditions"
 LIST_ATTRIBUTES = "DRAListTypeAttributes"
 NODE_ALLOCATABLE = "DRANodeAllocatableResources"
 
 _DEVICE_FIELDS = {
     "taints": TAINTS,
     "allowMultipleAllocations": CONSUMABLE,
-    "bindsToNode": BINDING,
-    "bindingConditions": BINDING,
-    "bindingFailureConditions": BINDING,
     "nodeAllocatableResources": NODE_ALLOCATABLE,
 }
 _LIST_KEYS = ("ints", "bools", "strings", "versions")

@@ -21,7 +21,6 @@ from typing import Any
 
 from topodra.common.publisher.build import decode_index, owner_reference, slice_object, with_pool
 from topodra.common.publisher.compare import (
-    BINDING,
     CONSUMABLE,
     LIST_ATTRIBUTES,
     adopt_server_fields,
@@ -163,7 +162,7 @@ def _update(obj: Mapping[str, Any], spec: Mapping[str, Any], node_name: str, nod
 
 
 # features whose absence from a stored slice can only mean a server without the gate (infer_dropped)
-INFERRED_AT_START = frozenset({CONSUMABLE, BINDING})
+INFERRED_AT_START = frozenset({CONSUMABLE})
 
 
 def infer_dropped(
@@ -178,10 +177,10 @@ def infer_dropped(
     A stored slice that equals the desired one except for exactly the fields of some features
     was written by us to a server that dropped them: expecting that avoids one probing write per
     slice at every restart. Used only when adopting at start-up; later differences are repaired.
-    Only for fields a driver sends the same way every time it runs (consumable capacity, binding
-    conditions): taints come and go with device health, and list attributes and node-allocatable
-    mappings with the operator's flags, so a stored slice without them is as likely an older
-    state or an older configuration as a server without the gate; those are probed by a write.
+    Only for fields a driver sends the same way every time it runs (consumable capacity): taints
+    come and go with device health, and list attributes and node-allocatable mappings with the
+    operator's flags, so a stored slice without them is as likely an older state or an older
+    configuration as a server without the gate; those are probed by a write.
     """
     features: set[str] = set()
     count = len(desired_specs)

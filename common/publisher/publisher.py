@@ -51,7 +51,6 @@ from topodra.common.runtime import metrics
 _FEATURE_HINT = {
     compare.TAINTS: "device taints",
     compare.CONSUMABLE: "allowMultipleAllocations / capacity requestPolicy",
-    compare.BINDING: "binding conditions",
     compare.LIST_ATTRIBUTES: "list-typed attributes",
     compare.NODE_ALLOCATABLE: "nodeAllocatableResources",
 }
