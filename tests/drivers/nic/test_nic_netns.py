@@ -51,6 +51,14 @@ def attachment(links: Links, state: Path, host: str, mac: str, name: str, pin: s
     )
 
 
+def attach_args(links: Links, tmp_path: Path, host: str, name: str = "net1") -> list[str]:
+    """The hook's attach arguments for pin c1_dev under tmp_path/state (the pin is unmounted at
+    the end of the test)."""
+    state = tmp_path / "state"
+    links.track_mount(str(state / "netns" / "c1_dev"))
+    return ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", host, "--name", name]
+
+
 def test_hook_moves_renames_and_pins_then_release_brings_it_back(
     links: Links, hook: Path, tmp_path: Path
 ) -> None:
@@ -247,9 +255,7 @@ def test_hook_does_not_pull_a_port_out_of_its_bridge(links: Links, hook: Path, t
     mac = links.veth(host, peer, peer_ns)
     links.bridge(br)
     subprocess.run(["ip", "link", "set", host, "master", br], check=True)
-    state = tmp_path / "state"
-    links.track_mount(str(state / "netns" / "c1_dev"))
-    args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", host, "--name", "net1"]
+    args = attach_args(links, tmp_path, host)
     with process_in(pod_ns) as pid:
         out = run_hook(hook, pid, *args, "--mac", mac)
         assert out.returncode != 0
@@ -276,9 +282,7 @@ def test_hook_does_not_move_the_parent_of_a_macvlan(links: Links, hook: Path, tm
     mac = links.veth(parent, links.name("q0"), peer_ns)
     subprocess.run(["ip", "link", "add", "link", parent, "name", macvlan, "type", "macvlan"], check=True)
     links.links.append(macvlan)
-    state = tmp_path / "state"
-    links.track_mount(str(state / "netns" / "c1_dev"))
-    args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", parent, "--name", "net1"]
+    args = attach_args(links, tmp_path, parent)
     with process_in(pod_ns) as pid:
         out = run_hook(hook, pid, *args, "--mac", mac)
         assert out.returncode != 0
@@ -289,9 +293,8 @@ def test_hook_does_not_move_the_parent_of_a_macvlan(links: Links, hook: Path, tm
         assert host_link(parent) is None and netns_links(pod_ns)["net1"]["address"] == mac
         left = host_link(macvlan)
         assert left is not None  # still on the host
-        ids = json.loads(
-            subprocess.run(["ip", "-j", "netns", "list-id"], capture_output=True, text=True).stdout
-        )
+        listed = subprocess.run(["ip", "-j", "netns", "list-id"], capture_output=True, text=True, check=True)
+        ids = json.loads(listed.stdout)
         assert {"nsid": left["link_netnsid"], "name": pod_ns} in ids  # riding a link of the pod's
 
 
@@ -306,12 +309,10 @@ def test_hook_finds_a_physical_interface_by_its_pci_address(links: Links, hook: 
     pci = "0000:04:00.0"
     sysfs = tmp_path / "sys"
     (sysfs / "bus/pci/devices" / pci / "net" / now).mkdir(parents=True)
-    state = tmp_path / "state"
-    links.track_mount(str(state / "netns" / "c1_dev"))
-    args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", links.name("old")]
+    args = attach_args(links, tmp_path, links.name("old"))
     with process_in(pod_ns) as pid:
         seam = {"TOPODRA_HOOK_SYSFS": str(sysfs)}
-        out = run_hook(hook, pid, *args, "--name", "net1", "--pci", pci, env=seam)
+        out = run_hook(hook, pid, *args, "--pci", pci, env=seam)
         assert out.returncode == 0, out.stderr
     assert netns_links(pod_ns)["net1"]["address"] == mac
 
@@ -327,12 +328,10 @@ def test_hook_moves_the_netdev_its_mac_names_when_the_function_has_two(
     mac = links.veth(second, links.name("r7"), peer_ns)
     pci = "0000:04:00.0"
     sysfs = pci_function(tmp_path, pci, first, second)
-    state = tmp_path / "state"
-    links.track_mount(str(state / "netns" / "c1_dev"))
-    args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", links.name("old")]
+    args = attach_args(links, tmp_path, links.name("old"))
     with process_in(pod_ns) as pid:
         seam = {"TOPODRA_HOOK_SYSFS": str(sysfs)}
-        out = run_hook(hook, pid, *args, "--name", "net1", "--mac", mac, "--pci", pci, env=seam)
+        out = run_hook(hook, pid, *args, "--mac", mac, "--pci", pci, env=seam)
         assert out.returncode == 0, out.stderr
     assert netns_links(pod_ns)["net1"]["address"] == mac
     assert host_link(first) is not None  # the other port stayed on the host
@@ -352,9 +351,7 @@ def test_hook_does_not_take_another_interface_with_the_nics_mac_for_the_nic(
     subprocess.run(["ip", "link", "set", "dev", other, "address", mac], check=True)
     pci = "0000:04:00.0"
     sysfs = pci_function(tmp_path, pci, nic)
-    state = tmp_path / "state"
-    links.track_mount(str(state / "netns" / "c1_dev"))
-    args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", nic, "--name", "net1"]
+    args = attach_args(links, tmp_path, nic)
     with process_in(pod_ns) as pid:
         seam = {"TOPODRA_HOOK_SYSFS": str(sysfs)}
         out = run_hook(hook, pid, *args, "--mac", mac, "--pci", pci, env=seam)
