@@ -6,7 +6,8 @@ netDevices). Unprepare must then find the interface wherever it is and put it ba
 original name, and must be safe to repeat:
 
 1. on the host already (never moved, moved back, or a physical NIC the kernel returned when the
-   pod's namespace died, possibly renamed): found by PCI address, then MAC; renamed back;
+   pod's namespace died, possibly renamed): found among its PCI function's netdevs (by MAC among
+   them), a virtual interface by its name, never by MAC across the host; renamed back;
 2. in the pinned namespace (the hook bind-mounted it, so it outlives the container): moved out
    and renamed in one request;
 3. nowhere: a virtual interface whose namespace died unpinned is gone for good (veths die with
@@ -95,15 +96,18 @@ def locate(att: Attachment, sysfs_root: str = "/") -> Where:
         # the host's own (--sysfs-root at a synthetic or captured machine) keeps naming an
         # interface that has moved into a pod, and trusting it would drop the pin holding it.
         listed = iplink.pci_netdevs(sysfs_root, att.pci_address)
-        # The MAC is looked up among the function's own netdevs: a bond, bridge or VLAN of the
-        # host can carry it too.
+        # The MAC is looked up among the function's own netdevs only: a bond, bridge or VLAN of
+        # the host can carry it too, and a pod can give the NIC any MAC (the uplink's), which
+        # it keeps when it comes home and which the next prepare then records.
         mine = [link for link in host_links if link.name in listed]
         if mine:
             link = iplink.find(mine, mac=mac) if mac else None
             return Where("host", link.name if link is not None else min(m.name for m in mine))
-    link = iplink.find(host_links, mac=mac) if mac else iplink.find(host_links, name=att.host_name)
-    if link is not None:
-        return Where("host", link.name)
+    elif iplink.find(host_links, name=att.host_name) is not None:
+        # A virtual interface comes home under its name or not at all (the kernel renames only
+        # devices it hands back from a dead namespace). Never by MAC across the host: a pod
+        # can give its interface any MAC, the uplink's too, and what is found is renamed.
+        return Where("host", att.host_name)
     if iplink.is_pinned_netns(att.pin):
         link = in_pod(att, iplink.links(att.pin), parents_known(sysfs_root, host_links))
         if link is not None:

@@ -51,6 +51,14 @@ def attachment(links: Links, state: Path, host: str, mac: str, name: str, pin: s
     )
 
 
+PCI = "0000:04:00.0"
+
+
+def physical(att: Attachment) -> Attachment:
+    """`att` as a PCI NIC at PCI (a veth stands in: no PCI NIC can be moved on this machine)."""
+    return dataclasses.replace(att, pci_address=PCI, virtual=False)
+
+
 def attach_args(links: Links, tmp_path: Path, host: str, name: str = "net1") -> list[str]:
     """The hook's attach arguments for pin c1_dev under tmp_path/state (the pin is unmounted at
     the end of the test)."""
@@ -148,6 +156,34 @@ def test_release_takes_the_claims_interface_not_a_copy_the_pod_made(
     assert "copy0" in netns_links(pod_ns)  # the copy stayed with the pod
 
 
+def test_release_never_takes_a_host_interface_for_the_nic_by_a_mac_the_pod_chose(
+    links: Links, hook: Path, tmp_path: Path
+) -> None:
+    """A pod with NET_ADMIN sets its NIC's MAC to the node uplink's. The NIC comes home with it,
+    and the next prepare of that NIC records it. Unprepare must then look for the NIC under its
+    PCI function or in the pin, never take the uplink (the host interface with that MAC) for it:
+    what it finds is set down and renamed. A virtual interface is looked for by name on the host."""
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    uplink, nic = links.name("u0"), links.name("h0")
+    forged = links.veth(uplink, links.name("v0"), peer_ns)  # the uplink's MAC, which the pod chose
+    links.veth(nic, links.name("q0"), peer_ns)
+    subprocess.run(["ip", "link", "set", "dev", nic, "address", forged], check=True)
+    root = pci_function(tmp_path, PCI, nic).parent  # the PCI function still names its netdev
+    att = physical(attachment(links, tmp_path / "state", nic, forged, "net1"))
+    with process_in(pod_ns) as pid:
+        seam = {"TOPODRA_HOOK_SYSFS": str(root / "sys")}
+        out = run_hook(hook, pid, *attach_args(links, tmp_path, nic), "--mac", forged, "--pci", PCI, env=seam)
+        assert out.returncode == 0, out.stderr
+        assert host_link(uplink) is not None  # the hook took the NIC, under its PCI function
+        assert locate(att, str(root)) == Where("pinned", "net1")
+        subprocess.run(["ip", "-n", pod_ns, "link", "del", "net1"], check=True)  # gone from the pod too
+        assert locate(att, str(root)).name != uplink
+        virtual = dataclasses.replace(att, pci_address=None, virtual=True)
+        assert locate(virtual) == Where("gone")
+        assert release(virtual) == "gone with the pod's namespace (virtual interface)"
+    assert host_link(uplink) is not None  # not renamed
+
+
 def test_a_pci_nic_in_a_pod_is_known_by_its_device_not_its_mac_or_name() -> None:
     """Among a pod's links, a PCI function's netdev is the one the kernel shows over that
     function, whatever MAC and name the pod gave it and its copies. Link lists as `ip -d -j link`
@@ -172,14 +208,16 @@ def test_a_pci_nic_in_a_pod_is_known_by_its_device_not_its_mac_or_name() -> None
 
 
 def test_release_renames_an_interface_the_kernel_renamed(links: Links, tmp_path: Path) -> None:
-    """A physical NIC returning from a dead namespace gets a kernel name when its own is taken."""
+    """A physical NIC returning from a dead namespace gets a kernel name when its own is taken;
+    it is found under its PCI function (a veth and a folder tree stand in for both)."""
     peer_ns = links.netns("p")
     host, peer = links.name("h0"), links.name("q0")
     mac = links.veth(host, peer, peer_ns)
     subprocess.run(["ip", "link", "set", "dev", host, "name", links.name("k9")], check=True)
-    att = attachment(links, tmp_path / "state", host, mac, "net1")
-    assert locate(att).name == links.name("k9")
-    assert release(att) == f"renamed {links.name('k9')} back to {host}"
+    root = pci_function(tmp_path, PCI, links.name("k9")).parent
+    att = physical(attachment(links, tmp_path / "state", host, mac, "net1"))
+    assert locate(att, str(root)).name == links.name("k9")
+    assert release(att, str(root)) == f"renamed {links.name('k9')} back to {host}"
     assert host_link(host) is not None and host_link(links.name("k9")) is None
 
 
@@ -189,9 +227,10 @@ def test_release_refuses_to_take_a_name_another_interface_holds(links: Links, tm
     mac = links.veth(host, peer, peer_ns)
     subprocess.run(["ip", "link", "set", "dev", host, "name", links.name("k9")], check=True)
     links.veth(host, links.name("q1"), peer_ns)  # somebody else now holds the original name
-    att = attachment(links, tmp_path / "state", host, mac, "net1")
+    root = pci_function(tmp_path, PCI, links.name("k9")).parent
+    att = physical(attachment(links, tmp_path / "state", host, mac, "net1"))
     with pytest.raises(ReleaseError, match="taken by another interface"):
-        release(att)
+        release(att, str(root))
     assert host_link(links.name("k9")) is not None  # left where it was, nothing lost
 
 
