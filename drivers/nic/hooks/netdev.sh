@@ -137,9 +137,11 @@ pin_file=$pin_dir/$pin
 by_mac() {
     want=$1
     shift
+    # only a line's first link/ field: an interface's alias, which comes later, is free text
     "$@" ip -o link show 2>/dev/null | awk -v m="$want" '{
         for (i = 1; i < NF; i++) if ($i ~ /^link\//) {
             if (tolower($(i + 1)) == m) { n = $2; sub(/:$/, "", n); sub(/@.*/, "", n); print n; exit }
+            break
         }
     }'
 }
@@ -232,9 +234,10 @@ fi
 # 2. Where is it now? A PCI function's netdevs are in its sysfs folder while they are on the
 #    host: the one with the MAC (a function may have several, e.g. two ports), else the one
 #    under its host name, else any (the kernel renames a physical interface that comes back from
-#    a dead namespace when its name is taken, and a MAC can be changed). Only without a PCI
-#    folder (a virtual interface) is the MAC looked up among all host interfaces, else the name:
-#    a bond, a VLAN or a bridge can carry the NIC's MAC too, and must not be taken for it.
+#    a dead namespace when its name is taken, and a MAC can be changed). Without a PCI folder
+#    (a virtual interface) by its name. Never by MAC across the host: a bond, a VLAN or a bridge
+#    can carry the NIC's MAC too, and a pod can give its interface any MAC (the uplink's),
+#    which the interface keeps when it comes home and the next prepare records.
 current=''
 if [ -n "$pci" ] && [ -d "$SYSFS/bus/pci/devices/$pci/net" ]; then
     set +f # the one glob of this script, over a folder the kernel fills
@@ -249,8 +252,6 @@ if [ -n "$pci" ] && [ -d "$SYSFS/bus/pci/devices/$pci/net" ]; then
         fi
     done
     set -f
-elif [ -n "$mac" ]; then
-    current=$(by_mac "$mac" env)
 elif exists "$host" env; then
     current=$host
 fi

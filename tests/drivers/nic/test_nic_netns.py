@@ -184,6 +184,28 @@ def test_release_never_takes_a_host_interface_for_the_nic_by_a_mac_the_pod_chose
     assert host_link(uplink) is not None  # not renamed
 
 
+def test_hook_takes_a_virtual_interface_by_its_name_and_reads_no_mac_from_an_alias(
+    links: Links, hook: Path, tmp_path: Path
+) -> None:
+    """The hook's side of the same: a virtual interface that came home with the uplink's MAC
+    (which the next prepare recorded) is taken by its name, never the uplink, which comes first
+    by MAC. And an interface alias is free text a pod sets: `link/ether <MAC>` in one does not
+    make an interface of the pod's look like the NIC already inside."""
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    uplink, nic = links.name("u0"), links.name("h0")
+    forged = links.veth(uplink, links.name("v0"), peer_ns)
+    links.veth(nic, links.name("q0"), peer_ns)
+    subprocess.run(["ip", "link", "set", "dev", nic, "address", forged], check=True)
+    ip = ["ip", "-n", pod_ns, "link"]
+    subprocess.run([*ip, "add", "decoy", "type", "veth", "peer", "name", "decoy1"], check=True)
+    subprocess.run([*ip, "set", "dev", "decoy", "alias", f"link/ether {forged}"], check=True)
+    with process_in(pod_ns) as pid:
+        out = run_hook(hook, pid, *attach_args(links, tmp_path, nic), "--mac", forged)
+        assert out.returncode == 0, out.stderr
+    assert host_link(uplink) is not None and host_link(nic) is None
+    assert "net1" in netns_links(pod_ns)
+
+
 def test_a_pci_nic_in_a_pod_is_known_by_its_device_not_its_mac_or_name() -> None:
     """Among a pod's links, a PCI function's netdev is the one the kernel shows over that
     function, whatever MAC and name the pod gave it and its copies. Link lists as `ip -d -j link`
