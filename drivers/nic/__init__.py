@@ -38,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "or VRF, parents of VLANs or macvlans, bonds and bridges with ports (moving one breaks the other)",
     )
     g.add_argument(
+        "--nic-allow-pf-with-vfs",
+        action="store_true",
+        help="also publish SR-IOV physical functions that have VFs enabled (their holder controls "
+        "the VFs' MAC, VLAN and link state, whoever holds the VFs)",
+    )
+    g.add_argument(
         "--nic-list-attributes",
         action="store_true",
         help="publish numaNode as a list: the node, then the same-socket nodes nearest to it "
@@ -125,6 +131,7 @@ def create(options: CommonOptions) -> NicDriver:
     selection = Selection(
         allow_uplink=bool(get("nic_allow_uplink", False)),
         allow_stacked=bool(get("nic_allow_stacked", False)),
+        allow_pf_with_vfs=bool(get("nic_allow_pf_with_vfs", False)),
         list_attributes=bool(get("nic_list_attributes", False)),
         include_virtual=bool(get("nic_include_virtual", False)),
         include_interfaces=tuple(get("nic_include_interfaces", ()) or ()),

@@ -46,6 +46,7 @@ class Selection:
 
     allow_uplink: bool = False
     allow_stacked: bool = False  # ports of bonds/bridges, parents of VLANs (stacking_problem)
+    allow_pf_with_vfs: bool = False  # SR-IOV physical functions with VFs enabled (pf_problem)
     list_attributes: bool = False  # numaNode in its list form (DRAListTypeAttributes), not a filter
     include_virtual: bool = False
     include_interfaces: tuple[str, ...] = ()  # globs on interface names; empty: all
@@ -266,11 +267,25 @@ def stacking_problem(iface: NetInterface, ports: Mapping[str, Sequence[str]]) ->
     return None
 
 
+def pf_problem(fn: PciFunction | None, ifaces: Sequence[NetInterface]) -> str | None:
+    """Why handing out this SR-IOV physical function would hand out its VFs too, or None.
+
+    Whoever holds a PF with VFs enabled sets their MAC, VLAN, trust, rate and link state
+    (`ip link set PF vf N ...`): a pod given the PF could re-tag, redirect or cut off the VFs in
+    other pods. The VFs are the devices to hand out; the PF stays with the host.
+    """
+    sriov = fn.sriov if fn is not None else None
+    if fn is None or sriov is None or sriov.physfn is not None or not sriov.num_vfs:
+        return None
+    what = f"interface {ifaces[0].name}" if ifaces else f"PCI function {fn.address}"
+    return f"{what} is the physical function of {sriov.num_vfs} enabled VFs, whose settings its holder sets"
+
+
 def _candidates(
     topo: Topology, sel: Selection
-) -> Iterator[tuple[list[NetInterface], str, Callable[[], Nic]]]:
-    """Every NIC the machine has, before any is left out: its netdevs, its device name and how to
-    build it (only the published ones are built)."""
+) -> Iterator[tuple[list[NetInterface], str, Callable[[], Nic], PciFunction | None]]:
+    """Every NIC the machine has, before any is left out: its netdevs, its device name, how to
+    build it (only the published ones are built) and its PCI function where discovery has one."""
     by_pci: dict[str, list[NetInterface]] = {}
     for iface in topo.net_interfaces:
         if iface.pci_address is not None and not iface.is_virtual:
@@ -279,19 +294,20 @@ def _candidates(
         if is_network_function(topo, fn):
             ifaces = by_pci.get(fn.address, [])
             make = partial(pci_nic, topo, fn, ifaces, lists=sel.list_attributes)
-            yield ifaces, device_name_for_pci(fn.address), make
+            yield ifaces, device_name_for_pci(fn.address), make, fn
     known = {p.address for p in topo.pci_devices}
     for address, ifaces in sorted(by_pci.items()):
         if address not in known and _BDF.match(address):
-            yield ifaces, device_name_for_pci(address), partial(orphan_nic, address, ifaces)
+            yield ifaces, device_name_for_pci(address), partial(orphan_nic, address, ifaces), None
     if sel.include_virtual:
         for iface in topo.net_interfaces:
             if iface.is_virtual and iface.name != "lo":
-                yield [iface], device_name_for_interface(iface.name), partial(virtual_nic, iface)
+                yield [iface], device_name_for_interface(iface.name), partial(virtual_nic, iface), None
 
 
 def _withholding(
     ifaces: Sequence[NetInterface],
+    fn: PciFunction | None,
     uplinks: frozenset[str],
     sel: Selection,
     ports: Mapping[str, Sequence[str]],
@@ -308,6 +324,10 @@ def _withholding(
             problem = stacking_problem(i, ports)
             if problem is not None:
                 return f"{problem} (--nic-allow-stacked publishes it)"
+    if not sel.allow_pf_with_vfs:
+        problem = pf_problem(fn, ifaces)
+        if problem is not None:
+            return f"{problem} (--nic-allow-pf-with-vfs publishes it)"
     return None
 
 
@@ -338,8 +358,8 @@ def partition(
     ports = _ports(topo)
     published: list[Nic] = []
     left_out: dict[str, str] = {}
-    for ifaces, name, make in _candidates(topo, sel):
-        why = _withholding(ifaces, uplinks, sel, ports)
+    for ifaces, name, make, fn in _candidates(topo, sel):
+        why = _withholding(ifaces, fn, uplinks, sel, ports)
         if why is None:
             published.append(make())
         else:

@@ -173,6 +173,7 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
         "metricsPort": 9502,
         "allowUplink": True,
         "allowStacked": True,
+        "allowPFWithVFs": True,
         "listAttributes": True,
         "includeVirtual": True,
         "nodeIPs": ["192.0.2.10", "2001:db8::10"],
@@ -221,6 +222,7 @@ def test_chart_values_reach_every_driver_flag(non_default: dict[str, Obj]) -> No
     assert [str(p) for p in opts.pci_ids] == ["/usr/share/hwdata/pci.ids"]
     assert (nic.nic_allow_uplink, nic.nic_include_virtual, nic.nic_taint_unhealthy) == (True, True, True)
     assert nic.nic_allow_stacked is True and nic.nic_list_attributes is True
+    assert nic.nic_allow_pf_with_vfs is True
     assert nic.nic_node_ip == ["192.0.2.10", "2001:db8::10"]
     assert tuple(nic.nic_include_interfaces) == ("ens*", "ib*")
     assert tuple(nic.nic_exclude_interfaces) == ("docker*",)

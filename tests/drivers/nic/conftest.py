@@ -39,6 +39,14 @@ def synth_machine(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], S
 # --- real links ---------------------------------------------------------------------------------
 
 
+def vf_rdma(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A synthetic plan's first RDMA device on an SR-IOV VF (its PF, with VFs enabled, is not
+    published by default)."""
+    vfs = {p["bdf"] for p in manifest["pci"] if p.get("physfn")}
+    rdma: dict[str, Any] = next(r for r in manifest["rdma"] if r["pci"] in vfs)
+    return rdma
+
+
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=15)
 

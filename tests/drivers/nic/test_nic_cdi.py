@@ -26,7 +26,7 @@ from topodra.drivers.nic.devices import DRIVER
 from topodra.drivers.nic.driver import NicDriver, NicOptions
 
 from tests.conftest import skip_or_fail
-from tests.drivers.nic.conftest import SynthTree
+from tests.drivers.nic.conftest import SynthTree, vf_rdma
 from tests.unit.runtime_claims.claimkit import NODE, MemoryClaimStore, Result, claim_object, new_uid
 
 CHECKER = Path(__file__).parent / "cdicheck"
@@ -113,7 +113,7 @@ def test_cdi_netdevices_spec_is_accepted_and_becomes_oci_netdevices(
 def test_hook_path_spec_stays_old_runtime_friendly_and_carries_rdma_nodes(
     cdicheck: Path, machine: SynthTree, tmp_path: Path
 ) -> None:
-    rdma = machine.manifest["rdma"][0]
+    rdma = vf_rdma(machine.manifest)
     device = "pci-" + rdma["pci"].replace(":", "-").replace(".", "-")
     mgr, cdi, ids, ref = prepare_with("hook", machine.root, tmp_path, device, interfaceName="ib9")
     try:

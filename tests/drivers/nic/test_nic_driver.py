@@ -28,7 +28,7 @@ from topodra.common.runtime.driver import AllocatedDevice, Health, OpaqueConfig,
 from topodra.drivers.nic.devices import DRIVER, Selection
 from topodra.drivers.nic.driver import NicDriver, NicOptions
 
-from tests.drivers.nic.conftest import SynthTree, host_link, process_in
+from tests.drivers.nic.conftest import SynthTree, host_link, process_in, vf_rdma
 from tests.kit.claims import claim_ref as claim
 from tests.kit.inventory import health, published_list
 from tests.unit.runtime_claims.claimkit import MemoryClaimStore, Result, claim_object, new_uid
@@ -222,7 +222,7 @@ def test_rdma_function_gets_its_verbs_device(
 ) -> None:
     t = synth_machine("2s-snc2")
     m = t.manifest
-    rdma = m["rdma"][0]
+    rdma = vf_rdma(m)
     dev_name = "pci-" + rdma["pci"].replace(":", "-").replace(".", "-")
     d = driver_for(t.root, tmp_path)
     ref = claim()
@@ -237,6 +237,28 @@ def test_rdma_function_gets_its_verbs_device(
     env = dict(e.split("=", 1) for e in p.edits.env)
     assert env[f"TOPODRA_NIC_{dev_name.upper().replace('-', '_')}_RDMA_DEVICE"] == rdma["name"]
     d.unprepare(ref, prep)
+
+
+def test_an_sriov_pf_with_vfs_is_handed_out_only_when_allowed(
+    synth_machine: Callable[[str], SynthTree], tmp_path: Path
+) -> None:
+    """A PF's holder sets its VFs' MAC, VLAN, trust and link state: by default the VFs are
+    published and the PF is not, and a claim allocated it (from an older slice) is told why."""
+    t = synth_machine("2s-snc2")
+    pf = next(p for p in t.manifest["pci"] if p["virtfns"])
+    name = "pci-" + pf["bdf"].replace(":", "-").replace(".", "-")
+    vfs = {"pci-" + v.replace(":", "-").replace(".", "-") for v in pf["virtfns"]}
+    d = driver_for(t.root, tmp_path)
+    published = {dev.name for dev in published_list(d)}
+    assert vfs <= published and name not in published
+    with pytest.raises(PrepareError, match=f"is the physical function of {len(vfs)} enabled VFs"):
+        d.prepare(claim(), [AllocatedDevice("nic", NODE, name)], [])
+    assert d.held() == {}
+    allowed = driver_for(t.root, tmp_path / "allowed", selection=Selection(allow_pf_with_vfs=True))
+    assert name in {dev.name for dev in published_list(allowed)}
+    ref = claim()
+    prep = allowed.prepare(ref, [AllocatedDevice("nic", NODE, name)], [])
+    allowed.unprepare(ref, prep)
 
 
 def test_bad_claims_are_refused_with_a_clear_message(tree: Path, tmp_path: Path) -> None:

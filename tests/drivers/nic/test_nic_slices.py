@@ -43,9 +43,9 @@ SCHEMAS = ("1.34.0", "1.37.0")
 NODE = "node-a"
 
 
-def nics_of(root: Path) -> list[Nic]:
+def nics_of(root: Path, sel: Selection | None = None) -> list[Nic]:
     topo = discover(root)
-    nics: list[Nic] = build_nics(topo, find_uplinks(str(root)), Selection())
+    nics: list[Nic] = build_nics(topo, find_uplinks(str(root)), sel or Selection())
     return nics
 
 
@@ -210,9 +210,11 @@ def test_an_rdma_engine_of_another_class_is_published_with_its_netdev_and_verbs(
 def test_synthetic_machine_slices_are_valid_and_true(
     synth_machine: Callable[[str], SynthTree], name: str
 ) -> None:
+    """Every NIC function of the plan but the uplink, each with its attributes; SR-IOV physical
+    functions with VFs only with --nic-allow-pf-with-vfs (by default the VFs alone)."""
     tree = synth_machine(name)
     m = tree.manifest
-    nics = nics_of(tree.root)
+    nics = nics_of(tree.root, Selection(allow_pf_with_vfs=True))
     assert_valid(nics)
     by_name = {n.name: n for n in nics}
     uplink = m["uplink"]
@@ -267,6 +269,8 @@ def test_synthetic_machine_slices_are_valid_and_true(
             assert f"{DRIVER}/interfaceName" not in a
     published = {device_name_for_pci(p["bdf"]) for p in functions if p["bdf"] not in uplink_pci}
     assert set(by_name) == published
+    pfs_with_vfs = {device_name_for_pci(p["bdf"]) for p in functions if p["virtfns"]}
+    assert {n.name for n in nics_of(tree.root)} == published - pfs_with_vfs
 
 
 def test_uplink_is_published_only_when_allowed(synth_machine: Callable[[str], SynthTree]) -> None:
