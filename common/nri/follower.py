@@ -76,7 +76,6 @@ class Follower(Handler, ABC, Generic[U, C, W]):
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
         self._containers: dict[str, Tracked[U]] = {}
-        self._pods: dict[str, str] = {}  # sandbox id -> namespace/name
         self._generation = 0  # bumped by every change the containers must follow
         self._settled = 0  # the generation every known container follows
         self._wake = threading.Event()
@@ -179,7 +178,6 @@ class Follower(Handler, ABC, Generic[U, C, W]):
     def disconnected(self, reason: str) -> None:
         with self._done:
             self._containers.clear()
-            self._pods.clear()
             self._done.notify_all()
         self.on_disconnected(reason)
 
@@ -201,7 +199,6 @@ class Follower(Handler, ABC, Generic[U, C, W]):
         }
         with self._lock:
             self._containers = known
-            self._pods = names
             self._generation += 1
         self.on_synchronized(len(known))
         self._wake.set()
@@ -217,7 +214,6 @@ class Follower(Handler, ABC, Generic[U, C, W]):
         )
         with self._lock:
             self._containers[c.id] = entry
-            self._pods[pod.id] = entry.pod
         self.placed("container created", entry, want, unmatched)
         self.requested("create", entry, c.linux.resources, want)
         return api.CreateContainerResponse(

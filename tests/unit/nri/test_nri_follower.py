@@ -71,3 +71,16 @@ def test_requests_show_the_policy_what_they_asked_next_to_its_answer(tmp_path: o
         ("create", "ns/pod", "main", "3", "answer-for-main"),
         ("update", "ns/pod", "main", "0-15", "answer-for-main"),
     ]
+
+
+def test_nothing_is_kept_of_containers_and_pods_that_are_gone(tmp_path: object) -> None:
+    """Pods come and go by the thousand on a busy node: once their containers are removed, the
+    follower keeps nothing of them (it ran for weeks between reconnects)."""
+    f = Recorder(f"{tmp_path}/nri.sock")
+    for i in range(100):
+        pod = api.PodSandbox(id=f"p{i}", name=f"pod{i}", namespace="ns")
+        c = api.Container(id=f"c{i}", name="main", pod_sandbox_id=pod.id)
+        f.create_container(api.CreateContainerRequest(pod=pod, container=c))
+        f.container_event(api.REMOVE_CONTAINER, pod, c)
+    kept = {k: len(v) for k, v in vars(f).items() if isinstance(v, dict | list | set) and k != "asked"}
+    assert f.tracked() == 0 and not any(kept.values()), kept
