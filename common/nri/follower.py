@@ -151,6 +151,11 @@ class Follower(Handler, ABC, Generic[U, C, W]):
         with self._lock:
             return len(self._containers)
 
+    def containers(self) -> list[Tracked[U]]:
+        """The containers the runtime told us about, now (a copy of the list)."""
+        with self._lock:
+            return list(self._containers.values())
+
     def changed(self, wait: float) -> bool:
         """The driver's state changed: bring every container in line. Waits up to `wait`
         seconds for the runtime to have applied it; True when it has (or when there is nothing

@@ -121,6 +121,19 @@ class Driver(Protocol):
         ...
 
 
+# --- optional: drivers that see a claim in use on the node (reconcile) ---------------------------
+
+
+class SeesUse(Protocol):
+    def in_use(self, claim: ClaimRef, preparation: Preparation) -> str:
+        """What on this node still uses the claim's devices (a container, a pod's network
+        namespace), for the log; "" when nothing the driver can see does. Reconcile keeps a
+        claim the API server has dropped while this says something: a tenant can delete a
+        claim under a running pod (its finalizer is the tenant's to remove), and releasing the
+        devices would let the scheduler hand them to another claim while the pod holds them."""
+        ...
+
+
 # --- optional: drivers that write ResourceClaim status (additive; used by the NIC driver) -------
 
 

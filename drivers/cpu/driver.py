@@ -176,6 +176,14 @@ class CpuDriver:
                     device=h.device,
                 )
 
+    def in_use(self, claim: ClaimRef, preparation: Preparation) -> str:
+        """driver.SeesUse: a live container the runtime told us about (NRI mode) uses the claim's
+        CPUs; in hook mode nothing is seen."""
+        if self.exclusive is None:
+            return ""
+        users = self.exclusive.using(claim.uid)
+        return f"container {', '.join(sorted(users)[:3])} uses its CPUs" if users else ""
+
     def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:
         with self._lock:
             self._holdings.clear()

@@ -122,6 +122,16 @@ class Exclusivity(Follower[pool.ClaimUse, pool.Table, pool.Assignment]):
                 }
         return out
 
+    def using(self, claim_uid: str) -> list[str]:
+        """namespace/pod/container of each live container that uses the claim's CPU devices (by
+        the CDI names the kubelet gave it, which a pod cannot choose); empty while not connected
+        (nothing is known then)."""
+        if not self.active:
+            return []
+        prefix = f"{claim_uid}-"
+        users = [c for c in self.containers() if any(n.startswith(prefix) for n in c.use.cdi_names)]
+        return [f"{c.pod}/{c.name}" for c in users]
+
     # --- requests: someone else's cpuset is noticed ---------------------------------------------
 
     def requested(

@@ -217,6 +217,21 @@ def _name_taken(name: str, mac: str | None) -> bool:
     return link is not None and (mac is None or link.mac != mac.lower())
 
 
+def in_use(atts: Sequence[Attachment]) -> str:
+    """Which of these interfaces is in the pinned network namespace of a running pod (for the
+    log), or "": a process lives in it. Seen only from the host's PID namespace (the DaemonSet's
+    hostPID); elsewhere every namespace looks unused, so nothing is claimed."""
+    pinned = [a for a in atts if iplink.is_pinned_netns(a.pin)]
+    if not pinned or not iplink.sees_all_processes():
+        return ""
+    live = iplink.netns_in_use()
+    for a in pinned:
+        with contextlib.suppress(OSError):
+            if os.stat(a.pin).st_ino in live:
+                return f"interface {a.device} is in the network namespace of a running pod"
+    return ""
+
+
 # --- a pod's namespace that nobody uses any more -------------------------------------------------
 
 

@@ -296,6 +296,10 @@ class NicDriver:
             if self._status is not None and atts:
                 self._status.remove_devices(claim, [(a.pool, a.device, a.share_id) for a in atts])
 
+    def in_use(self, claim: ClaimRef, preparation: Preparation) -> str:
+        """driver.SeesUse (attach.in_use)."""
+        return attach.in_use([Attachment.from_json(a) for a in preparation.state.get("attachments") or ()])
+
     def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:
         with self._lock:
             held: dict[str, Held] = {}

@@ -590,6 +590,17 @@ class ClaimManager:
 
     # --- reconcile ----------------------------------------------------------------------------
 
+    def _in_use(self, rec: ClaimRecord) -> str:
+        """What the driver sees using the claim on this node ("" for nothing, or a driver that
+        cannot tell: driver.SeesUse)."""
+        sees = getattr(self.driver, "in_use", None)
+        if sees is None:
+            return ""
+        try:
+            return str(sees(rec.claim, rec.known_preparation()) or "")
+        except Exception as e:  # a driver's look failing must not release what a pod holds
+            return f"the driver could not tell whether a pod uses it ({e})"
+
     def reconcile(self) -> ReconcileReport:
         """Unprepare claims that are gone or no longer allocated to this node (reconcile.py);
         retry rollbacks. The GETs run outside the lock, so an unreachable API server never
@@ -606,9 +617,18 @@ class ClaimManager:
             with self._serialized():
                 for old, reason in stale:
                     claim: ClaimRef = old.claim
-                    self._judge.forget(claim.uid)
                     if self._records.get(claim.uid) is not old:
+                        self._judge.forget(claim.uid)
                         continue  # changed meanwhile (unprepared or re-prepared): leave it
+                    using = self._in_use(old)
+                    if using:  # asked again next round, until the pod is gone
+                        self._log.warning(
+                            f"reconcile: {label(claim)} is {reason}, but {using}: kept until it stops",
+                            **logs.claim(claim),
+                        )
+                        report.kept.append(claim.uid)
+                        continue
+                    self._judge.forget(claim.uid)
                     self._log.info(f"reconcile: {label(claim)} is {reason}; unpreparing", **logs.claim(claim))
                     if not self._unprepare_many([claim])[claim.uid]:
                         report.unprepared.append(claim.uid)

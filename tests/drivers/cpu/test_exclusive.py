@@ -16,6 +16,7 @@ import pytest
 from topodra.common.cdi.spec import CdiWriter
 from topodra.common.runtime.checkpoint import Checkpoint
 from topodra.common.runtime.claims import ClaimManager, cdi_kind
+from topodra.common.runtime.driver import ClaimRef, Preparation
 from topodra.common.topology import discover
 from topodra.drivers.cpu import devices as layout
 from topodra.drivers.cpu import exclusive, pool
@@ -256,6 +257,27 @@ def test_a_cpuset_chosen_by_someone_else_is_replaced_reported_and_counted(
     last = dict(foreign["last"])
     assert last.pop("at").startswith("20")  # when, so a count from before a fix is told apart
     assert last == {"event": "update", "pod": "ns/pod", "container": "main", "cpus": "0-15"}
+
+
+def test_a_claim_whose_cdi_devices_a_live_container_has_is_in_use(root: Path, tmp_path: Path) -> None:
+    """What reconcile asks before it releases a claim the API server dropped: a container the
+    runtime told us about carries one of the claim's CDI devices. Only while connected: no
+    runtime is here, so the plugin's state is set as a Synchronize would leave it (the real
+    connection is the node tier's)."""
+    from topodra.common.nri.plugin import State
+
+    d = make(root, tmp_path)
+    assert d.exclusive is not None
+    uid, other = new_uid(), new_uid()
+    ref = ClaimRef(namespace="ns", name="c", uid=uid)
+    nothing = Preparation(devices=())
+    create(d, container([f"{KIND}={uid}-numa-0"]))
+    assert d.in_use(ref, nothing) == ""  # not connected: nothing is known
+    d.exclusive.plugin._status.state = State.SYNCHRONIZED
+    assert d.in_use(ref, nothing) == "container ns/pod/main uses its CPUs"
+    assert d.in_use(ClaimRef(namespace="ns", name="o", uid=other), nothing) == ""
+    d.exclusive.container_event(api.REMOVE_CONTAINER, api.PodSandbox(), api.Container(id="c1"))
+    assert d.in_use(ref, nothing) == ""
 
 
 def test_modes_and_readiness_detail(root: Path, tmp_path: Path) -> None:

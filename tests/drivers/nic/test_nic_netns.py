@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from topodra.common.hostnet import iplink
 from topodra.drivers.nic import hookfiles
-from topodra.drivers.nic.attach import Attachment, ReleaseError, Where, in_pod, locate, release
+from topodra.drivers.nic.attach import Attachment, ReleaseError, Where, in_pod, in_use, locate, release
 
 from tests.drivers.nic.conftest import Links, host_link, netns_links, process_in
 
@@ -227,6 +227,22 @@ def test_a_pci_nic_in_a_pod_is_known_by_its_device_not_its_mac_or_name() -> None
     assert in_pod(att, [copy], parents=True) is None  # gone from the pod: not the copy
     # a kernel that shows no devices (before 5.15), or a synthetic machine's stand-ins: the MAC
     assert in_pod(att, [renamed, copy], parents=False) is copy
+
+
+def test_an_interface_in_a_running_pods_namespace_is_in_use(links: Links, hook: Path, tmp_path: Path) -> None:
+    """What reconcile asks before it releases a claim the API server dropped: while a process
+    lives in the pinned namespace, the interface is a running pod's; once none does, it is not."""
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    host = links.name("h4")
+    mac = links.veth(host, links.name("q4"), peer_ns)
+    att = attachment(links, tmp_path / "state", host, mac, "net1")
+    assert in_use([att]) == ""  # not pinned yet
+    with process_in(pod_ns) as pid:
+        out = run_hook(hook, pid, *attach_args(links, tmp_path, host), "--mac", mac)
+        assert out.returncode == 0, out.stderr
+        subprocess.run(["ip", "netns", "del", pod_ns], check=True)  # only the pod's process keeps it
+        assert in_use([att]) == "interface net-x is in the network namespace of a running pod"
+    assert in_use([att]) == ""  # the process is gone; the pin alone holds the namespace
 
 
 def test_release_renames_an_interface_the_kernel_renamed(links: Links, tmp_path: Path) -> None:

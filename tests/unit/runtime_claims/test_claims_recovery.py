@@ -19,7 +19,7 @@ from topodra.common.runtime.checkpoint import (
     decode,
     encode,
 )
-from topodra.common.runtime.driver import AllocatedDevice, ClaimRef
+from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, Preparation
 
 from tests.conftest import REPO
 from tests.unit.runtime_claims.claimkit import (
@@ -184,6 +184,38 @@ def test_reconcile_unprepares_claims_gone_from_this_node(
     assert set(m.prepared()) == {kept.uid}
     assert d.holdings() == {"dev-4": kept.uid}
     assert [p.name for p in dirs["cdi"].iterdir()] == [f"{DRIVER}-claim_{kept.uid}.json"]
+
+
+def test_reconcile_keeps_a_deleted_claim_while_the_driver_sees_a_pod_use_it(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    """A tenant can remove a claim's finalizer and delete it under a running pod. Releasing its
+    devices then would let the scheduler give them to another claim while the pod holds them:
+    the claim is kept, round after round, while the driver sees something use it; once nothing
+    does, it is unprepared. A driver whose look fails keeps it too."""
+    gone = put(claim_store, "gone", "dev-0")
+    users: dict[str, str] = {gone.uid: "container ns1/pod/main uses its devices"}
+
+    class Watching(HoldDriver):
+        def in_use(self, claim: ClaimRef, preparation: Preparation) -> str:
+            if users.get(claim.uid) == "fail":
+                raise OSError("cannot read /proc")
+            return users.get(claim.uid, "")
+
+    d = Watching(dirs["hw"])
+    m = make_manager(d)
+    assert not m.prepare([gone])[gone.uid].error
+    claim_store.delete("ns1", "gone")
+    assert m.reconcile().suspected == [gone.uid]
+    for _ in range(3):
+        report = m.reconcile()
+        assert report.unprepared == [] and report.kept == [gone.uid]
+    users[gone.uid] = "fail"
+    assert m.reconcile().kept == [gone.uid]
+    assert d.holdings() == {"dev-0": gone.uid}
+    del users[gone.uid]  # the pod is gone
+    assert m.reconcile().unprepared == [gone.uid]
+    assert d.holdings() == {}
 
 
 def test_reconcile_keeps_everything_while_the_api_is_unreachable(
