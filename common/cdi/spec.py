@@ -20,11 +20,11 @@ from typing import Any
 from topodra.common.cdi.edits import ContainerEdits, DeviceNode, Hook, Mount, NetDevice
 
 # docs/design/cdi.md: vendor and class start with a letter, end with a letter or digit.
-_VENDOR_OR_CLASS = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
-_DEVICE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
+_VENDOR_OR_CLASS = re.compile(r"[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?")
+_DEVICE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 _HOOK_NAMES = frozenset({"createRuntime", "createContainer", "startContainer", "poststart", "poststop"})
 _VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class SpecError(ValueError):
@@ -32,7 +32,7 @@ class SpecError(ValueError):
 
 
 def validate_vendor_or_class(value: str, what: str) -> None:
-    if len(value) > 63 or not _VENDOR_OR_CLASS.match(value):
+    if len(value) > 63 or not _VENDOR_OR_CLASS.fullmatch(value):
         raise SpecError(f"CDI {what} {value!r} is not valid (letter first, [A-Za-z0-9_.-], ≤63 chars)")
 
 
@@ -47,7 +47,7 @@ def split_kind(kind: str) -> tuple[str, str]:
 
 
 def validate_device_name(name: str) -> None:
-    if not _DEVICE_NAME.match(name):
+    if not _DEVICE_NAME.fullmatch(name):
         raise SpecError(f"CDI device name {name!r} is not valid (letters, digits, '_.:-', alnum ends)")
 
 
@@ -175,7 +175,7 @@ def validate_edits(e: ContainerEdits, where: str) -> None:
     """The checks a CDI consumer makes on load, so a driver bug fails prepare, not container start."""
     for env in e.env:
         key, sep, _ = env.partition("=")
-        if not sep or not _ENV_KEY.match(key):
+        if not sep or not _ENV_KEY.fullmatch(key):
             raise SpecError(f"{where}: env entry {env!r} is not KEY=VALUE")
     for n in e.device_nodes:
         if not n.path.startswith("/"):
@@ -378,7 +378,7 @@ class CdiWriter:
         self._base = os.path.join(self._folder, self._prefix)  # + "<id>.json": a file's path
 
     def file_name(self, spec_id: str) -> str:
-        if not _DEVICE_NAME.match(spec_id) or "/" in spec_id or spec_id in (".", ".."):
+        if not _DEVICE_NAME.fullmatch(spec_id) or "/" in spec_id or spec_id in (".", ".."):
             raise SpecError(f"CDI spec id {spec_id!r} is not a safe file-name component")
         return f"{self._prefix}{spec_id}.json"
 
@@ -437,7 +437,7 @@ class CdiWriter:
             n = p.name
             if n.startswith(self._prefix) and n.endswith(".json"):
                 spec_id = n[len(self._prefix) : -len(".json")]
-                if _DEVICE_NAME.match(spec_id):
+                if _DEVICE_NAME.fullmatch(spec_id):
                     ids.append(spec_id)
         return sorted(ids)
 

@@ -8,22 +8,22 @@ from __future__ import annotations
 
 import re
 
-_UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def is_uid(value: str) -> bool:
     """Kubernetes object UIDs and shareIDs: lowercase RFC 4122 text form."""
-    return bool(_UID.match(value))
+    return bool(_UID.fullmatch(value))
 
 
 def is_dns_label(value: str) -> bool:
-    return bool(_DNS_LABEL.match(value))
+    return bool(_DNS_LABEL.fullmatch(value))
 
 
 def is_dns_subdomain(value: str) -> bool:
-    return len(value) <= 253 and bool(_DNS_SUBDOMAIN.match(value))
+    return len(value) <= 253 and bool(_DNS_SUBDOMAIN.fullmatch(value))
 
 
 def is_request_name(value: str) -> bool:

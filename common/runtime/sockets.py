@@ -22,8 +22,8 @@ from pathlib import Path
 # sun_path is 108 bytes; the kubelet (Go) accepts paths of up to 108 bytes.
 UNIX_PATH_MAX = 108
 
-_POD_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,127}$")
-_DRIVER = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_POD_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
+_DRIVER = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _umask_lock = threading.Lock()
 
 
@@ -33,13 +33,13 @@ class SocketPathError(ValueError):
 
 def check_driver_name(name: str) -> str:
     """The driver name becomes a file name: it must be a DNS subdomain (no `/`, no `..`)."""
-    if len(name) > 253 or not _DRIVER.match(name):
+    if len(name) > 253 or not _DRIVER.fullmatch(name):
         raise ValueError(f"driver name {name!r} is not a DNS subdomain")
     return name
 
 
 def check_pod_uid(uid: str) -> str:
-    if not _POD_UID.match(uid):
+    if not _POD_UID.fullmatch(uid):
         raise ValueError(f"pod UID {uid!r} may hold only letters, digits and '-' (it becomes a file name)")
     return uid
 
