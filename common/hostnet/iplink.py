@@ -11,12 +11,14 @@ import contextlib
 import json
 import os
 import subprocess
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 IP = "ip"
 NSENTER = "nsenter"
 TIMEOUT = 15.0
+MAX_OUTPUT = 2 << 20  # bytes of one command's output: some 4000 links of `ip -d -j link show`
 
 
 class IpError(RuntimeError):
@@ -49,15 +51,37 @@ def _argv(args: Sequence[str], netns: str | None) -> list[str]:
     return [NSENTER, f"--net={netns}", "--", *base] if netns else base
 
 
-def run(args: Sequence[str], netns: str | None = None) -> str:
+def run(args: Sequence[str], netns: str | None = None, *, limit: int | None = None) -> str:
+    """`ip` with `args` (in `netns`); its output, of at most `limit` bytes. A pod's namespace is
+    the pod's to fill: a pod with NET_ADMIN can make links by the ten thousand, and their listing
+    must not cost the driver more memory than its limit allows (the command is stopped)."""
     argv = _argv(args, netns)
+    limit = MAX_OUTPUT if limit is None else limit
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as e:
         raise IpError(f"{' '.join(argv)}: {e}") from e
-    if done.returncode != 0:
-        raise IpError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()}")
-    return done.stdout
+    timer = threading.Timer(TIMEOUT, proc.kill)
+    timer.start()
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        out = proc.stdout.read(limit + 1)  # ip's stderr is a line or two: its pipe cannot fill
+        if len(out) > limit:
+            proc.kill()
+            proc.wait()
+            raise IpError(f"{' '.join(argv)}: more than {limit} bytes of output; not read")
+        err = proc.stderr.read()
+        code = proc.wait()
+    finally:
+        timer.cancel()
+        for f in (proc.stdout, proc.stderr):
+            if f is not None:
+                f.close()
+    if code < 0:
+        raise IpError(f"{' '.join(argv)}: timed out after {TIMEOUT:g} s")
+    if code != 0:
+        raise IpError(f"{' '.join(argv)}: exit {code}: {err.decode(errors='replace').strip()}")
+    return out.decode(errors="replace")
 
 
 def links(netns: str | None = None) -> list[Link]:

@@ -245,6 +245,22 @@ def test_an_interface_in_a_running_pods_namespace_is_in_use(links: Links, hook: 
     assert in_use([att]) == ""  # the process is gone; the pin alone holds the namespace
 
 
+def test_a_pod_namespace_full_of_links_costs_the_driver_a_bounded_read(
+    links: Links, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod with NET_ADMIN can make links by the ten thousand; the driver lists a pod's links
+    (health, unprepare) and must not read more than iplink.MAX_OUTPUT of it: the listing fails
+    (health unknown, unprepare retried, nothing released). 200 veth pairs here, against a limit
+    lowered to 32 KiB (the real one, 2 MiB, would take some 4000 links)."""
+    pod_ns = links.netns("c")
+    batch = "".join(f"link add v{i} type veth peer name w{i}\n" for i in range(200))
+    subprocess.run(["ip", "-n", pod_ns, "-batch", "-"], input=batch, text=True, check=True)
+    assert len(iplink.links(f"/run/netns/{pod_ns}")) == 401  # lo and 400 veth ends
+    monkeypatch.setattr(iplink, "MAX_OUTPUT", 32 << 10)
+    with pytest.raises(iplink.IpError, match="more than 32768 bytes of output"):
+        iplink.links(f"/run/netns/{pod_ns}")
+
+
 def test_release_renames_an_interface_the_kernel_renamed(links: Links, tmp_path: Path) -> None:
     """A physical NIC returning from a dead namespace gets a kernel name when its own is taken;
     it is found under its PCI function (a veth and a folder tree stand in for both)."""
