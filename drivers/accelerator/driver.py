@@ -25,6 +25,7 @@ from topodra.common.cdi.edits import ContainerEdits, DeviceNode
 from topodra.common.cdi.hostnodes import Node
 from topodra.common.device import Device, device_from_api
 from topodra.common.inventory import Policy
+from topodra.common.runtime import vfio
 from topodra.common.runtime.config import ConfigError, describe_claim
 from topodra.common.runtime.driver import (
     AllocatedDevice,
@@ -179,6 +180,7 @@ class AcceleratorDriver:
                     raise PrepareError(f"{label}: device {r.device} is held by claim {owner}")
                 if acc.problem is not None:
                     raise PrepareError(f"{label}: device {r.device} ({acc.address}): {acc.problem}")
+                self._refuse_shared_group(claim, r.device, acc, accs)
                 chosen.append((r, acc))
             seen: set[str] = set()
             prepared = []
@@ -216,6 +218,22 @@ class AcceleratorDriver:
                         for r, acc in chosen
                     }
                 },
+            )
+
+    def _refuse_shared_group(
+        self, claim: ClaimRef, name: str, acc: Accelerator, accs: Mapping[str, Accelerator]
+    ) -> None:
+        """common/runtime/vfio.py: no function of a VFIO group another claim holds."""
+        others = [
+            (f"{other} of claim {h.claim.namespace}/{h.claim.name}", [n.path for n in accs[other].nodes])
+            for other, h in self._held.items()
+            if h.claim.uid != claim.uid and other in accs
+        ]
+        shared = vfio.shared_group([n.path for n in acc.nodes], others)
+        if shared is not None:
+            raise PrepareError(
+                f"{describe_claim(claim)}: device {name} ({acc.address}) is in the IOMMU group of "
+                f"{shared[0]} ({shared[1]}): whoever opens the group reaches both"
             )
 
     def _resolve(

@@ -26,6 +26,7 @@ from topodra.common.cdi.edits import ContainerEdits
 from topodra.common.device import device_from_api
 from topodra.common.hostnet import iplink, uplink
 from topodra.common.inventory import InventoryHandle, Policy
+from topodra.common.runtime import vfio
 from topodra.common.runtime.config import describe_claim
 from topodra.common.runtime.driver import (
     AllocatedDevice,
@@ -226,6 +227,18 @@ class NicDriver:
             if why is not None:
                 raise PrepareError(f"{describe_claim(claim)}: device {r.device} is not handed out: {why}")
             raise PrepareError(f"{describe_claim(claim)}: device {r.device} is not on this node")
+        if not r.admin_access:
+            others = [
+                (f"{n} of claim {h.claim.namespace}/{h.claim.name}", [c.path for c in nics[n].char_devices])
+                for n, h in self._held.items()
+                if h.claim.uid != claim.uid and n in nics
+            ]
+            shared = vfio.shared_group([c.path for c in nic.char_devices], others)
+            if shared is not None:
+                raise PrepareError(
+                    f"{describe_claim(claim)}: device {r.device} is in the IOMMU group of {shared[0]} "
+                    f"({shared[1]}): whoever opens the group reaches both"
+                )
         cfg = config.for_request(claim, configs, r.request)
         return edits.attachment(claim, r, nic, cfg, self.options.netdev_mode, self.options.state_dir)
 

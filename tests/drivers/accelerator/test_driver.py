@@ -191,6 +191,33 @@ def test_vfio_functions_get_group_device_and_container_nodes(
     assert prep.claim_edits.env == (f"{ENV}=0000:03:00.1,0000:03:00.2",)
 
 
+def test_two_claims_never_share_a_vfio_group(
+    tree: Callable[[str], Path], dev_root: Callable[[Path], Path]
+) -> None:
+    """Two VFs in one IOMMU group (a device without ACS): the group's node opens both, so
+    while one claim holds one of them, another claim is refused the other. One claim may have
+    both (it gets the node once)."""
+    root = tree("acc-vfs")
+    fns = root / "sys/bus/pci/devices"
+    (fns / "0000:03:00.2/iommu_group").unlink()
+    (fns / "0000:03:00.2/iommu_group").symlink_to(os.readlink(fns / "0000:03:00.1/iommu_group"))
+    group = add_vfio_groups(root)["0000:03:00.1"]
+    d = driver_for(root, dev_root(root))
+    vfs = ["pci-0000-03-00-1", "pci-0000-03-00-2"]
+    first = claim("first")
+    held = d.prepare(first, [alloc(vfs[0])], [])
+    with pytest.raises(
+        PrepareError,
+        match=f"device {vfs[1]} \\(0000:03:00.2\\) is in the IOMMU group of {vfs[0]} of claim ns1/first "
+        f"\\(/dev/vfio/{group}\\): whoever opens the group reaches both",
+    ):
+        d.prepare(claim("second"), [alloc(vfs[1])], [])
+    assert d.held() == {vfs[0]: first}
+    d.unprepare(first, held)
+    both = d.prepare(claim("both"), [alloc(vfs[0]), alloc(vfs[1], "b")], [])
+    assert next(p for p, *_ in nodes_of(both)[vfs[0]]) == f"/dev/vfio/{group}"
+
+
 def test_bad_claims_are_refused_with_the_reason(
     tree: Callable[[str], Path], dev_root: Callable[[Path], Path]
 ) -> None:

@@ -1,0 +1,31 @@
+"""One IOMMU group, one claim: a VFIO group's node (`/dev/vfio/<group>`) is a key to every
+function of the group. Whoever opens it can ask for any of their device handles, and the kernel
+lets one process at a time have it. Two functions of one group handed to two claims would give
+the first pod to open it the other's device, and the other pod nothing. The accelerator and NIC
+drivers ask this before they hand out a function bound to vfio-pci."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+_GROUP_NODE = re.compile(r"/dev/vfio/(?:noiommu-)?[0-9]+")
+
+
+def group_nodes(paths: Iterable[str]) -> frozenset[str]:
+    """The VFIO group nodes among device node paths (not /dev/vfio/vfio, not the per-device
+    /dev/vfio/devices/vfioN of the iommufd interface)."""
+    return frozenset(p for p in paths if _GROUP_NODE.fullmatch(p))
+
+
+def shared_group(mine: Iterable[str], others: Iterable[tuple[str, Iterable[str]]]) -> tuple[str, str] | None:
+    """(the other's label, the group node) when a device with node paths `mine` shares a VFIO
+    group with one of `others` (label, its node paths), else None."""
+    groups = group_nodes(mine)
+    if not groups:
+        return None
+    for label, paths in others:
+        common = groups & group_nodes(paths)
+        if common:
+            return label, min(common)
+    return None
