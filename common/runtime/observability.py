@@ -9,10 +9,16 @@ Both health bodies are JSON with one entry per driver.
 
 The port answers anyone who can reach it (the NIC driver's is on the host network), so what a
 client costs is bounded: at most `max_connections` connections are served at once, one thread
-each; a further one is closed at once. A connection that has not sent its whole request within
-`read_timeout` seconds is closed, however slowly it trickles bytes (a per-read timeout alone
-would let one byte every few seconds hold a thread forever), and requests are HTTP/1.0, one per
-connection. Probes and a Prometheus scrape need one or two connections for milliseconds.
+each. A connection that has not sent its whole request within `read_timeout` seconds is closed,
+however slowly it trickles bytes (a per-read timeout alone would let one byte every few seconds
+hold a thread forever), and requests are HTTP/1.0, one per connection. Probes and a Prometheus
+scrape need one or two connections for milliseconds.
+
+When every slot is taken, the oldest connection is closed to make room for the new one (a probe
+or a scrape is over in milliseconds, so the oldest is the one that is slow to send its request
+or to read its answer). Otherwise anyone on the network could hold every slot with half-sent
+requests, or with answers it never reads, renewed before their deadline, and the kubelet's
+probes would fail until it restarted the driver, again and again.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ def parse_address(address: str) -> tuple[str, int]:
 
 MAX_CONNECTIONS = 16
 READ_TIMEOUT = 5.0  # seconds for a whole request to arrive
+EVICT_WAIT = 1.0  # seconds for an evicted connection's thread to free its slot
 
 
 class _Server(ThreadingHTTPServer):
@@ -64,15 +71,19 @@ class _Server(ThreadingHTTPServer):
         self.statuses = statuses
         self.read_timeout = read_timeout
         self.refused = 0  # connections closed at once because every slot was taken
+        self.evicted = 0  # connections closed to make room for a new one
         self._slots = threading.BoundedSemaphore(max_connections)
         self._reading: dict[socket.socket, float] = {}  # connection -> when its request is overdue
+        self._active: dict[socket.socket, float] = {}  # connection -> when its handler started
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="metrics-http-reaper", daemon=True)
         self._reaper.start()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        if not self._slots.acquire(blocking=False) and not (
+            self._evict_oldest() and self._slots.acquire(timeout=EVICT_WAIT)
+        ):
             self.refused += 1
             self.shutdown_request(request)
             return
@@ -93,7 +104,27 @@ class _Server(ThreadingHTTPServer):
             if done:
                 self._reading.pop(conn, None)
             else:
+                self._active[conn] = time.monotonic()
                 self._reading[conn] = time.monotonic() + self.read_timeout
+
+    def finished(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._active.pop(conn, None)
+            self._reading.pop(conn, None)
+
+    def _evict_oldest(self) -> bool:
+        """Close the connection served longest (its thread then ends and frees its slot); False
+        when there is none yet (every slot is between its accept and its handler's start)."""
+        with self._lock:
+            if not self._active:
+                return False
+            oldest = min(self._active, key=self._active.__getitem__)
+            del self._active[oldest]
+            self._reading.pop(oldest, None)
+        self.evicted += 1
+        with contextlib.suppress(OSError):
+            oldest.shutdown(socket.SHUT_RDWR)
+        return True
 
     def _reap(self) -> None:
         """Closes the reading side of connections whose request is overdue: the handler's blocked
@@ -127,7 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
         return ok
 
     def finish(self) -> None:
-        self.server.reading(self.connection, done=True)
+        self.server.finished(self.connection)
         super().finish()
 
     def do_GET(self) -> None:

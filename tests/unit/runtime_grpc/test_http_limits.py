@@ -112,3 +112,19 @@ def test_requests_are_still_served(server: Observability) -> None:
         except urllib.error.HTTPError as e:
             got = e.code
         assert got == code, path
+
+
+def test_probes_get_through_while_half_sent_requests_hold_every_slot(server: Observability) -> None:
+    """Anyone who reaches the port can take all its slots with half-sent requests and renew
+    them before their deadline; the kubelet's probes must still be answered, or it restarts the
+    driver over and over. A new connection takes the slot of the one waited for longest."""
+    socks = _open_half_requests(server.port, 16)  # MAX_CONNECTIONS
+    try:
+        time.sleep(0.3)  # all 16 are in, each waiting for the rest of its request
+        for _ in range(5):
+            assert _healthz(server.port)["ok"] is True
+            socks += _open_half_requests(server.port, 4)  # the attacker renews its hold
+            time.sleep(0.1)
+    finally:
+        for s in socks:
+            s.close()
