@@ -26,6 +26,7 @@ from topodra.common.runtime.driver import (
 )
 from topodra.drivers.nic import attach, health
 from topodra.drivers.nic.attach import Attachment, ReleaseError
+from topodra.drivers.nic.config import MAX_IPS
 
 
 @dataclass(slots=True)
@@ -132,8 +133,9 @@ class PodWatch:
         att = held.attachment
         try:
             found = iplink.addresses(att.container_name, att.pin)
-            # link-local addresses exist on every link and say nothing about the pod's network
-            ips = tuple(a for a in found if not ipaddress.ip_interface(a).ip.is_link_local)
+            # link-local addresses exist on every link and say nothing about the pod's network;
+            # the pod may add any number, the API takes MAX_IPS (more would fail every write)
+            ips = tuple(a for a in found if not ipaddress.ip_interface(a).ip.is_link_local)[:MAX_IPS]
         except (iplink.IpError, ValueError):
             ips = att.ips
         held.reported_attached = True

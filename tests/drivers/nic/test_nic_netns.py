@@ -11,9 +11,11 @@ import dataclasses
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from topodra.common.hostnet import iplink
+from topodra.common.runtime.driver import ClaimRef
 from topodra.drivers.nic import hookfiles
 from topodra.drivers.nic.attach import Attachment, ReleaseError, Where, in_pod, in_use, locate, release
 
@@ -259,6 +261,41 @@ def test_a_pod_namespace_full_of_links_costs_the_driver_a_bounded_read(
     monkeypatch.setattr(iplink, "MAX_OUTPUT", 32 << 10)
     with pytest.raises(iplink.IpError, match="more than 32768 bytes of output"):
         iplink.links(f"/run/netns/{pod_ns}")
+
+
+def test_the_pods_addresses_in_the_claim_status_are_at_most_what_the_api_takes(
+    links: Links, hook: Path, tmp_path: Path
+) -> None:
+    """The pod owns its interface once it is inside and may give it any number of addresses;
+    the claim's status takes 16 (more would make every status write fail and be retried). The
+    status writer records what it is asked to write: the API server is another test's."""
+    from topodra.common import logs
+    from topodra.common.device import Device
+    from topodra.drivers.nic.pods import Held, PodWatch
+
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    host = links.name("h3")
+    mac = links.veth(host, links.name("q3"), peer_ns)
+    att = attachment(links, tmp_path / "state", host, mac, "net1")
+    written: list[tuple[str, ...]] = []
+
+    class Recorder:
+        def set_devices(self, claim: object, devices: list[Any]) -> None:
+            written.extend(d.network_data.ips for d in devices)
+
+        def remove_devices(self, claim: object, keys: object) -> None:
+            pass
+
+    watch = PodWatch("/", 0.0, lambda: 0.0, logs.get("test"))
+    watch.status = Recorder()  # type: ignore[assignment]
+    with process_in(pod_ns) as pid:
+        out = run_hook(hook, pid, *attach_args(links, tmp_path, host), "--mac", mac)
+        assert out.returncode == 0, out.stderr
+        batch = "".join(f"addr add 10.9.{i}.1/24 dev net1\n" for i in range(20))
+        subprocess.run(["ip", "-n", pod_ns, "-batch", "-"], input=batch, text=True, check=True)
+        watch.health(Held(ClaimRef("ns1", "c", "u1"), att, Device("net-x")))
+    assert [len(ips) for ips in written] == [16]
+    assert written[0][0] == "10.9.0.1/24"
 
 
 def test_release_renames_an_interface_the_kernel_renamed(links: Links, tmp_path: Path) -> None:
