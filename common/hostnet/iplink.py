@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import threading
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 IP = "ip"
 NSENTER = "nsenter"
 TIMEOUT = 15.0
-MAX_OUTPUT = 2 << 20  # bytes of one command's output: some 4000 links of `ip -d -j link show`
+MAX_OUTPUT = 2 << 20  # bytes read of a command in a pod's namespace: 3000-4000 links of `ip -d -j link`
 
 
 class IpError(RuntimeError):
@@ -52,35 +53,53 @@ def _argv(args: Sequence[str], netns: str | None) -> list[str]:
 
 
 def run(args: Sequence[str], netns: str | None = None, *, limit: int | None = None) -> str:
-    """`ip` with `args` (in `netns`); its output, of at most `limit` bytes. A pod's namespace is
-    the pod's to fill: a pod with NET_ADMIN can make links by the ten thousand, and their listing
-    must not cost the driver more memory than its limit allows (the command is stopped)."""
+    """`ip` with `args`, in `netns` when given; its output. A pod's namespace is the pod's to
+    fill: a pod with NET_ADMIN can make links by the ten thousand, so what is read from one is
+    bounded by MAX_OUTPUT (`limit`) and the command stopped past it. The host's own listing is
+    not bounded: its size is the node's (its interfaces and the pods' host-side veths)."""
     argv = _argv(args, netns)
-    limit = MAX_OUTPUT if limit is None else limit
+    if limit is None and netns is not None:
+        limit = MAX_OUTPUT
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     except OSError as e:
         raise IpError(f"{' '.join(argv)}: {e}") from e
-    timer = threading.Timer(TIMEOUT, proc.kill)
+    timed_out = threading.Event()
+
+    def kill() -> None:  # the whole group: a child holding the pipes would keep the reads waiting
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    def stop() -> None:
+        timed_out.set()
+        kill()
+
+    timer = threading.Timer(TIMEOUT, stop)
     timer.start()
+    errors: list[bytes] = []
+    drain = threading.Thread(target=lambda: errors.append(proc.stderr.read() if proc.stderr else b""))
+    drain.start()
     try:
-        assert proc.stdout is not None and proc.stderr is not None
-        out = proc.stdout.read(limit + 1)  # ip's stderr is a line or two: its pipe cannot fill
-        if len(out) > limit:
-            proc.kill()
-            proc.wait()
+        assert proc.stdout is not None
+        out = proc.stdout.read() if limit is None else proc.stdout.read(limit + 1)
+        if limit is not None and len(out) > limit:
+            kill()
             raise IpError(f"{' '.join(argv)}: more than {limit} bytes of output; not read")
-        err = proc.stderr.read()
         code = proc.wait()
     finally:
+        if proc.poll() is None:
+            kill()
+        proc.wait()
+        drain.join()
         timer.cancel()
         for f in (proc.stdout, proc.stderr):
             if f is not None:
                 f.close()
-    if code < 0:
+    if timed_out.is_set():
         raise IpError(f"{' '.join(argv)}: timed out after {TIMEOUT:g} s")
     if code != 0:
-        raise IpError(f"{' '.join(argv)}: exit {code}: {err.decode(errors='replace').strip()}")
+        err = b"".join(errors).decode(errors="replace").strip()
+        raise IpError(f"{' '.join(argv)}: exit {code}: {err}")
     return out.decode(errors="replace")
 
 
@@ -121,6 +140,26 @@ def find(all_links: Sequence[Link], *, mac: str | None = None, name: str | None 
         if link.name == name:
             return link
     return None
+
+
+def has_net_folder(sysfs_root: str, address: str) -> bool:
+    """The function's netdevs hang on it directly (most NICs), not on a device of its own below
+    it (virtio-net: <function>/virtioN/net)."""
+    return os.path.isdir(os.path.join(sysfs_root, "sys/bus/pci/devices", address, "net"))
+
+
+def function_devices(sysfs_root: str, address: str) -> frozenset[tuple[str, str]]:
+    """What the kernel can name as a netdev's parent device (`Link.parent`) for a netdev of this
+    PCI function: the function itself, and the devices below it (virtioN, auxiliary devices).
+    None of these can be made by a pod."""
+    out = {("pci", address)}
+    folder = os.path.join(sysfs_root, "sys/bus/pci/devices", address)
+    with contextlib.suppress(OSError):
+        for child in os.listdir(folder):
+            with contextlib.suppress(OSError):
+                bus = os.path.basename(os.readlink(os.path.join(folder, child, "subsystem")))
+                out.add((bus, child))
+    return frozenset(out)
 
 
 def pci_netdevs(sysfs_root: str, address: str) -> list[str]:
