@@ -29,3 +29,13 @@ def shared_group(mine: Iterable[str], others: Iterable[tuple[str, Iterable[str]]
         if common:
             return label, min(common)
     return None
+
+
+def refusal(device: str, mine: Iterable[str], others: Iterable[tuple[str, Iterable[str]]]) -> str | None:
+    """Why `device` (its node paths `mine`) may not be handed out beside `others` (each another
+    claim's device: its label and node paths), or None."""
+    shared = shared_group(mine, others)
+    if shared is None:
+        return None
+    other, node = shared
+    return f"device {device} is in the IOMMU group of {other} ({node}): whoever opens the group reaches both"

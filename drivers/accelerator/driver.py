@@ -229,12 +229,9 @@ class AcceleratorDriver:
             for other, h in self._held.items()
             if h.claim.uid != claim.uid and other in accs
         ]
-        shared = vfio.shared_group([n.path for n in acc.nodes], others)
-        if shared is not None:
-            raise PrepareError(
-                f"{describe_claim(claim)}: device {name} ({acc.address}) is in the IOMMU group of "
-                f"{shared[0]} ({shared[1]}): whoever opens the group reaches both"
-            )
+        why = vfio.refusal(f"{name} ({acc.address})", [n.path for n in acc.nodes], others)
+        if why is not None:
+            raise PrepareError(f"{describe_claim(claim)}: {why}")
 
     def _resolve(
         self, claim: ClaimRef, acc: Accelerator, nodes: Sequence[Node], seen: set[str]

@@ -87,66 +87,84 @@ def _usable_mac(mac: str | None) -> str | None:
 
 
 def locate(att: Attachment, sysfs_root: str = "/") -> Where:
-    """Find the interface: host first (it may already be back), then the pin."""
+    """Find the interface: host first (it may already be back), then the pin.
+
+    Never by MAC across the host: a bond, bridge or VLAN of the host can carry the NIC's MAC
+    too, and a pod can give the NIC any MAC (the uplink's), which it keeps when it comes home
+    and which the next prepare then records; what is found here is set down and renamed."""
     mac = _usable_mac(att.mac)
     host_links = iplink.links()
     listed: list[str] = []
-    if att.pci_address:
-        # sysfs names the function's netdev, netlink must show it too: a sysfs root that is not
-        # the host's own (--sysfs-root at a synthetic or captured machine) keeps naming an
+    mine: list[iplink.Link] = []
+    if att.pci_address and iplink.has_net_folder(sysfs_root, att.pci_address):
+        # sysfs names the function's netdevs, netlink must show them too: a sysfs root that is
+        # not the host's own (--sysfs-root at a synthetic or captured machine) keeps naming an
         # interface that has moved into a pod, and trusting it would drop the pin holding it.
         listed = iplink.pci_netdevs(sysfs_root, att.pci_address)
-        # The MAC is looked up among the function's own netdevs only: a bond, bridge or VLAN of
-        # the host can carry it too, and a pod can give the NIC any MAC (the uplink's), which
-        # it keeps when it comes home and which the next prepare then records.
         mine = [link for link in host_links if link.name in listed]
-        if mine:
-            link = iplink.find(mine, mac=mac) if mac else None
-            return Where("host", link.name if link is not None else min(m.name for m in mine))
+        link = iplink.find(mine, mac=mac) if mac else None
+        link = link or iplink.find(mine, name=att.host_name)
+        if link is not None:
+            return Where("host", link.name)
+        if not mac and len(mine) == 1:
+            # renamed by the kernel, and nothing else to go by; with a MAC that is no longer
+            # there, a lone netdev may be a sibling port (sysfs hides the claim's while it is in
+            # a pod or on its way back): the pin is asked, else "gone", and unprepare is retried
+            return Where("host", mine[0].name)
     elif iplink.find(host_links, name=att.host_name) is not None:
         # A virtual interface comes home under its name or not at all (the kernel renames only
-        # devices it hands back from a dead namespace). Never by MAC across the host: a pod
-        # can give its interface any MAC, the uplink's too, and what is found is renamed.
+        # devices it hands back from a dead namespace); so does a NIC whose netdev hangs on a
+        # device below its function (virtio-net), which the kernel does not rename either.
         return Where("host", att.host_name)
     if iplink.is_pinned_netns(att.pin):
-        link = in_pod(att, iplink.links(att.pin), parents_known(sysfs_root, host_links))
+        link = in_pod(att, iplink.links(att.pin), parent_devices(att, sysfs_root, host_links))
         if link is not None:
             return Where("pinned", link.name)
     if listed and os.path.realpath(sysfs_root) != "/":
         # Not in netlink and not in the pin, under a sysfs root that is not the host's own (a
         # synthetic or captured machine, whose interfaces netlink never shows): that tree is the
         # only witness left. On the host's own sysfs this stays "gone": netlink is the truth there.
-        return Where("host", listed[0])
+        return Where("host", att.host_name if att.host_name in listed else listed[0])
     return Where("gone")
 
 
-def in_pod(att: Attachment, inside: Sequence[iplink.Link], parents: bool) -> iplink.Link | None:
+def in_pod(
+    att: Attachment, inside: Sequence[iplink.Link], devices: frozenset[tuple[str, str]] | None
+) -> iplink.Link | None:
     """The claim's interface among the links of a pod's namespace, where a pod with NET_ADMIN
     can make interfaces of its own, give them the NIC's MAC and name, and change the NIC's:
-    what is taken from there goes to the host under the NIC's name. A PCI function is known by
-    the device under it (`parents`: the kernel reports those), which no interface a pod makes
-    has; among several (two ports of one function) the MAC, then the name, tells them apart.
-    Otherwise (a virtual interface, an older kernel) nothing is beyond a pod's reach: the MAC
-    and the name together come first, then the MAC alone, or the name where there is no MAC."""
+    what is taken from there goes to the host under the NIC's name. A PCI NIC is known by the
+    device the kernel shows under its netdev (`devices`: its function's, see parent_devices),
+    which no interface a pod makes has; among several (two ports of one function) the MAC,
+    then the name, tells them apart. Otherwise (`devices` None: a virtual interface, an older
+    kernel) nothing is beyond a pod's reach: the MAC and the name together come first, then the
+    MAC alone, or the name where there is no MAC."""
     mac = _usable_mac(att.mac)
     mac = mac.lower() if mac else None
-    physical = bool(att.pci_address and parents)
-    candidates = [link for link in inside if link.parent == ("pci", att.pci_address)] if physical else inside
+    physical = devices is not None
+    candidates = [link for link in inside if link.parent in devices] if devices is not None else inside
     ranked = [[link for link in candidates if mac and link.mac == mac and link.name == att.container_name]]
     if mac:
         ranked.append([link for link in candidates if link.mac == mac])
     if physical or not mac:
         ranked.append([link for link in candidates if link.name == att.container_name])
-    if physical:
+    if physical and len(candidates) == 1:
         ranked.append(list(candidates))  # the pod changed both its MAC and its name
     return next((group[0] for group in ranked if group), None)
 
 
-def parents_known(sysfs_root: str, host_links: Sequence[iplink.Link]) -> bool:
-    """A PCI function's netdev can be told by the device under it: the kernel reports those
-    (5.15+: some host interface shows one), and the PCI addresses are the host's own (under a
-    --sysfs-root at a synthetic machine, veths without a device stand in for its NICs)."""
-    return os.path.realpath(sysfs_root) == "/" and any(link.parent is not None for link in host_links)
+def parent_devices(
+    att: Attachment, sysfs_root: str, host_links: Sequence[iplink.Link]
+) -> frozenset[tuple[str, str]] | None:
+    """The devices the kernel may name under the claim's netdev (iplink.function_devices), when
+    they tell it apart: a PCI NIC, a kernel that reports parents (5.15+: some host interface
+    shows one), and PCI addresses that are the host's own (under a --sysfs-root at a synthetic
+    machine, veths without a device stand in for its NICs). None otherwise."""
+    if not att.pci_address or os.path.realpath(sysfs_root) != "/":
+        return None
+    if not any(link.parent is not None for link in host_links):
+        return None
+    return iplink.function_devices(sysfs_root, att.pci_address)
 
 
 def release(
@@ -253,7 +271,7 @@ def return_orphan(att: Attachment, in_use: set[int], sysfs_root: str = "/") -> s
         if not iplink.is_pinned_netns(att.pin) or st.st_ino in in_use:
             return None
         ns = f"/proc/{os.getpid()}/fd/{fd}"
-        link = in_pod(att, iplink.links(ns), parents_known(sysfs_root, iplink.links()))
+        link = in_pod(att, iplink.links(ns), parent_devices(att, sysfs_root, iplink.links()))
         done = "the pod's namespace was empty"
         if link is not None:
             if _name_taken(att.host_name, att.mac):

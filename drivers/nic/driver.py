@@ -198,7 +198,12 @@ class NicDriver:
                         a.pool,
                         a.device,
                         edits.device_edits(
-                            a, n, o.state_dir, o.hook_dir, allow_stacked=o.selection.allow_stacked
+                            a,
+                            n,
+                            o.state_dir,
+                            o.hook_dir,
+                            allow_stacked=o.selection.allow_stacked,
+                            sysfs_root=o.sysfs_root,
                         ),
                         a.share_id,
                     )
@@ -233,12 +238,9 @@ class NicDriver:
                 for n, h in self._held.items()
                 if h.claim.uid != claim.uid and n in nics
             ]
-            shared = vfio.shared_group([c.path for c in nic.char_devices], others)
-            if shared is not None:
-                raise PrepareError(
-                    f"{describe_claim(claim)}: device {r.device} is in the IOMMU group of {shared[0]} "
-                    f"({shared[1]}): whoever opens the group reaches both"
-                )
+            why = vfio.refusal(r.device, [c.path for c in nic.char_devices], others)
+            if why is not None:
+                raise PrepareError(f"{describe_claim(claim)}: {why}")
         cfg = config.for_request(claim, configs, r.request)
         return edits.attachment(claim, r, nic, cfg, self.options.netdev_mode, self.options.state_dir)
 

@@ -53,7 +53,13 @@ def attachment(
 
 
 def device_edits(
-    att: Attachment, nic: Nic, state_dir: Path, hook_dir: Path, *, allow_stacked: bool = False
+    att: Attachment,
+    nic: Nic,
+    state_dir: Path,
+    hook_dir: Path,
+    *,
+    allow_stacked: bool = False,
+    sysfs_root: str = "/",
 ) -> ContainerEdits:
     token = env_token(att.device)
     env = [f"TOPODRA_NIC_{token}_INTERFACE={att.container_name}"] if att.container_name else []
@@ -87,7 +93,12 @@ def device_edits(
             args.append("--up")
         if allow_stacked:
             args.append("--allow-stacked")
-        hooks = (Hook("createRuntime", hook, tuple(args), timeout=HOOK_TIMEOUT),)
+        # the hook looks for the NIC under its PCI function in the sysfs the driver publishes
+        # from: under a --sysfs-root at a synthetic machine, the host's own /sys may have a real
+        # NIC at the synthetic address
+        root = os.path.realpath(sysfs_root)
+        hook_env = () if root == "/" else (f"TOPODRA_HOOK_SYSFS={os.path.join(root, 'sys')}",)
+        hooks = (Hook("createRuntime", hook, tuple(args), env=hook_env, timeout=HOOK_TIMEOUT),)
     elif att.mode == "cdi":
         nets = (NetDevice(att.host_name, att.container_name),)
         args = ["netdev.sh", "pin", "--state-dir", state, "--pin", pin_id]

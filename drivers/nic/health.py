@@ -13,7 +13,7 @@ from pathlib import Path
 from topodra.common.hostnet import iplink
 from topodra.common.runtime.driver import DeviceHealth, Health
 from topodra.common.topology.hostfiles import read_text
-from topodra.drivers.nic.attach import Attachment, in_pod, parents_known
+from topodra.drivers.nic.attach import Attachment, in_pod, parent_devices
 from topodra.drivers.nic.devices import Nic, link_is_down
 
 REMOVED = DeviceHealth(Health.UNHEALTHY, "device removed", "DeviceRemoved")
@@ -95,8 +95,9 @@ class InPods:
         if iplink.is_pinned_netns(att.pin):
             try:
                 inside = iplink.links(att.pin)
-                link = in_pod(att, inside, parents_known(self._root, iplink.links()))
-                if link is None:  # a virtual interface whose MAC the pod changed
+                devices = parent_devices(att, self._root, iplink.links())
+                link = in_pod(att, inside, devices)
+                if link is None and devices is None:  # a virtual interface whose MAC the pod changed
                     link = iplink.find(inside, name=att.container_name)
             except (iplink.IpError, ValueError) as e:
                 result = DeviceHealth(Health.UNKNOWN, f"cannot look into the pod's namespace: {e}")

@@ -32,7 +32,8 @@ PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
 LOG_MAX=${TOPODRA_HOOK_LOG_MAX:-1048576}
 MAX_IPS=16
-# where the host's sysfs is mounted; only tests point it elsewhere (a PCI NIC cannot be moved here)
+# the sysfs the driver publishes from: the host's, or (set by the driver in the hook's env) the
+# sys/ of its --sysfs-root at a synthetic machine, whose PCI addresses the host may also have
 SYSFS=${TOPODRA_HOOK_SYSFS:-/sys}
 
 action=${1:-}
@@ -233,8 +234,9 @@ fi
 
 # 2. Where is it now? A PCI function's netdevs are in its sysfs folder while they are on the
 #    host: the one with the MAC (a function may have several, e.g. two ports), else the one
-#    under its host name, else any (the kernel renames a physical interface that comes back from
-#    a dead namespace when its name is taken, and a MAC can be changed). Without a PCI folder
+#    under its host name, else, without a MAC to go by, any (the kernel renames a physical
+#    interface that comes back from a dead namespace when its name is taken). With a MAC that
+#    none has, a netdev there may be a sibling port while the claim's is in an older pin (3.). Without a PCI folder
 #    (a virtual interface) by its name. Never by MAC across the host: a bond, a VLAN or a bridge
 #    can carry the NIC's MAC too, and a pod can give its interface any MAC (the uplink's),
 #    which the interface keeps when it comes home and the next prepare records.
@@ -247,7 +249,7 @@ if [ -n "$pci" ] && [ -d "$SYSFS/bus/pci/devices/$pci/net" ]; then
             current=${d##*/}
             break
         fi
-        if [ -z "$current" ] || [ "${d##*/}" = "$host" ]; then
+        if [ "${d##*/}" = "$host" ] || { [ -z "$mac" ] && [ -z "$current" ]; }; then
             current=${d##*/}
         fi
     done

@@ -124,6 +124,8 @@ def test_hook_path_spec_stays_old_runtime_friendly_and_carries_rdma_nodes(
         (hook,) = oci["hooks"]["createRuntime"]
         assert hook["args"][:2] == ["netdev.sh", "attach"]
         assert hook["args"][hook["args"].index("--name") + 1] == "ib9"
+        # the driver publishes from a synthetic machine: the hook reads the same tree, not /sys
+        assert hook["env"] == [f"TOPODRA_HOOK_SYSFS={machine.root.resolve() / 'sys'}"]
         major, minor = (
             (machine.root / f"sys/class/infiniband_verbs/{rdma['uverbs']}/dev").read_text().split(":")
         )

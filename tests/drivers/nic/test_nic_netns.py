@@ -140,11 +140,9 @@ def test_release_takes_the_claims_interface_not_a_copy_the_pod_made(
     host = links.name("h6")
     mac = links.veth(host, links.name("q6"), peer_ns)
     ifindex = host_link(host)["ifindex"]  # type: ignore[index]
-    state = tmp_path / "state"
-    att = attachment(links, state, host, mac, "net1")
+    att = attachment(links, tmp_path / "state", host, mac, "net1")
     with process_in(pod_ns) as pid:
-        args = ["attach", "--state-dir", str(state), "--pin", "c1_dev", "--host-name", host, "--name", "net1"]
-        out = run_hook(hook, pid, *args, "--mac", mac)
+        out = run_hook(hook, pid, *attach_args(links, tmp_path, host), "--mac", mac)
         assert out.returncode == 0, out.stderr
         ip = ["ip", "-n", pod_ns, "link"]
         subprocess.run([*ip, "add", "copy0", "type", "veth", "peer", "name", "copy1"], check=True)
@@ -179,7 +177,7 @@ def test_release_never_takes_a_host_interface_for_the_nic_by_a_mac_the_pod_chose
         assert host_link(uplink) is not None  # the hook took the NIC, under its PCI function
         assert locate(att, str(root)) == Where("pinned", "net1")
         subprocess.run(["ip", "-n", pod_ns, "link", "del", "net1"], check=True)  # gone from the pod too
-        assert locate(att, str(root)).name != uplink
+        assert locate(att, str(root)) == Where("host", nic)  # the synthetic tree's word, not the uplink
         virtual = dataclasses.replace(att, pci_address=None, virtual=True)
         assert locate(virtual) == Where("gone")
         assert release(virtual) == "gone with the pod's namespace (virtual interface)"
@@ -222,13 +220,16 @@ def test_a_pci_nic_in_a_pod_is_known_by_its_device_not_its_mac_or_name() -> None
     copy = link("net1", att.mac or "", 2)  # the pod's copy, with the MAC and the name
     renamed = link("x", "02:00:00:00:00:09", 40, ("pci", pci))  # the NIC, MAC and name changed
     other_port = link("net2", "0c:42:a1:00:00:02", 41, ("pci", pci))  # the function's second port
-    assert in_pod(att, [copy, renamed], parents=True) is renamed
+    devices = frozenset({("pci", pci), ("virtio", "virtio2")})  # iplink.function_devices's answer
+    assert in_pod(att, [copy, renamed], devices) is renamed
     mine = link("y", att.mac or "", 42, ("pci", pci))
-    assert in_pod(att, [copy, other_port, mine], parents=True) is mine  # the MAC tells two ports apart
-    assert in_pod(att, [copy, other_port, renamed], parents=True) in (other_port, renamed)  # never the copy
-    assert in_pod(att, [copy], parents=True) is None  # gone from the pod: not the copy
+    assert in_pod(att, [copy, other_port, mine], devices) is mine  # the MAC tells two ports apart
+    assert in_pod(att, [copy, other_port, renamed], devices) is None  # which port is ours? neither taken
+    assert in_pod(att, [copy], devices) is None  # gone from the pod: not the copy
+    virtio = link("eth1", "52:54:00:00:00:01", 43, ("virtio", "virtio2"))  # a netdev on a device below
+    assert in_pod(att, [copy, virtio], devices) is virtio
     # a kernel that shows no devices (before 5.15), or a synthetic machine's stand-ins: the MAC
-    assert in_pod(att, [renamed, copy], parents=False) is copy
+    assert in_pod(att, [renamed, copy], None) is copy
 
 
 def test_an_interface_in_a_running_pods_namespace_is_in_use(links: Links, hook: Path, tmp_path: Path) -> None:
@@ -436,13 +437,11 @@ def test_hook_finds_a_physical_interface_by_its_pci_address(links: Links, hook: 
     peer_ns, pod_ns = links.netns("p"), links.netns("c")
     now, peer = links.name("h7"), links.name("q7")
     mac = links.veth(now, peer, peer_ns)
-    pci = "0000:04:00.0"
-    sysfs = tmp_path / "sys"
-    (sysfs / "bus/pci/devices" / pci / "net" / now).mkdir(parents=True)
+    sysfs = pci_function(tmp_path, PCI, now)
     args = attach_args(links, tmp_path, links.name("old"))
     with process_in(pod_ns) as pid:
         seam = {"TOPODRA_HOOK_SYSFS": str(sysfs)}
-        out = run_hook(hook, pid, *args, "--pci", pci, env=seam)
+        out = run_hook(hook, pid, *args, "--pci", PCI, env=seam)
         assert out.returncode == 0, out.stderr
     assert netns_links(pod_ns)["net1"]["address"] == mac
 
@@ -502,11 +501,67 @@ def test_release_finds_the_port_its_mac_names_when_another_interface_shares_the_
     links.veth(first, links.name("q9"), peer_ns)
     mac = links.veth(second, links.name("r9"), peer_ns)
     subprocess.run(["ip", "link", "set", "dev", other, "address", mac], check=True)
-    pci = "0000:04:00.0"
-    root = pci_function(tmp_path, pci, first, second).parent  # locate reads ROOT/sys/bus/pci
-    att = attachment(links, tmp_path / "state", second, mac, "net1")
-    att = dataclasses.replace(att, pci_address=pci, virtual=False)
+    root = pci_function(tmp_path, PCI, first, second).parent  # locate reads ROOT/sys/bus/pci
+    att = physical(attachment(links, tmp_path / "state", second, mac, "net1"))
     assert locate(att, str(root)) == Where("host", second)
+
+
+def test_release_never_renames_a_sibling_port_while_the_claims_port_is_in_the_pin(
+    links: Links, hook: Path, tmp_path: Path
+) -> None:
+    """A function with two ports, the claim's in the pod: its sibling on the host is not the
+    claim's, however the MAC lookup fails. Unprepare takes the one in the pin."""
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    first, second = links.name("a8"), links.name("b8")
+    links.veth(first, links.name("q8"), peer_ns)
+    mac = links.veth(second, links.name("r8"), peer_ns)
+    root = pci_function(tmp_path, PCI, first, second).parent
+    att = physical(attachment(links, tmp_path / "state", second, mac, "net1"))
+    with process_in(pod_ns) as pid:
+        seam = {"TOPODRA_HOOK_SYSFS": str(root / "sys")}
+        out = run_hook(hook, pid, *attach_args(links, tmp_path, second), "--mac", mac, "--pci", PCI, env=seam)
+        assert out.returncode == 0, out.stderr
+        assert locate(att, str(root)) == Where("pinned", "net1")
+        ip = ["ip", "-n", pod_ns, "link", "set", "dev"]
+        subprocess.run([*ip, "net1", "address", "02:00:00:00:00:01"], check=True)
+        assert locate(att, str(root)).name != first  # the MAC lookup fails: never the sibling
+        subprocess.run([*ip, "net1", "name", "x9"], check=True)
+        assert locate(att, str(root)).name != first
+
+
+def test_hook_never_moves_a_sibling_port_for_the_claims(links: Links, hook: Path, tmp_path: Path) -> None:
+    """The claim's port is not on the host (in an older pin, or gone) and its MAC is none of
+    the function's netdevs': the other port is another claim's to have, and stays."""
+    peer_ns, pod_ns = links.netns("p"), links.netns("c")
+    sibling = links.name("a6")
+    links.veth(sibling, links.name("q6"), peer_ns)
+    sysfs = pci_function(tmp_path, PCI, sibling)
+    with process_in(pod_ns) as pid:
+        args = attach_args(links, tmp_path, links.name("b6"))  # the claim's port, not here
+        out = run_hook(
+            hook,
+            pid,
+            *args,
+            "--mac",
+            "02:00:00:00:00:06",
+            "--pci",
+            PCI,
+            env={"TOPODRA_HOOK_SYSFS": str(sysfs)},
+        )
+        assert out.returncode != 0 and "is not on the host" in out.stderr
+    assert host_link(sibling) is not None
+
+
+def test_a_nic_whose_netdev_hangs_below_its_function_is_found_by_name(links: Links, tmp_path: Path) -> None:
+    """virtio-net: the netdev sits on virtioN below the PCI function (no net/ folder on the
+    function itself), so the function's netdev list is empty; on the host the NIC is looked for
+    by its name, as the kernel does not rename it."""
+    host = links.name("v7")
+    mac = links.veth(host, links.name("w7"), links.netns("p"))
+    root = tmp_path / "machine"
+    (root / "sys/bus/pci/devices" / PCI / "virtio2" / "net" / host).mkdir(parents=True)
+    att = physical(attachment(links, tmp_path / "state", host, mac, "net1"))
+    assert locate(att, str(root)) == Where("host", host)
 
 
 def pci_function(tmp_path: Path, pci: str, *netdevs: str) -> Path:
