@@ -182,6 +182,8 @@ class CpuDriver:
         if self.exclusive is None:
             return ""
         users = self.exclusive.using(claim.uid)
+        if users is None:
+            return "NRI is disconnected, so the containers that may use its CPUs are not known"
         return f"container {', '.join(sorted(users)[:3])} uses its CPUs" if users else ""
 
     def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:

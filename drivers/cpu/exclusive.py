@@ -102,6 +102,7 @@ class Exclusivity(Follower[pool.ClaimUse, pool.Table, pool.Assignment]):
         self._foreign_named: dict[tuple[str, str], None] = {}  # insertion order: oldest first
         self._foreign_count = 0
         self._foreign_last: dict[str, str] = {}
+        self._synchronized_once = False
         log = logs.get("topodra.drivers.cpu.exclusive", driver=driver)
         super().__init__(driver, socket_path, log, thread="cpu-nri-reconcile", retry_interval=retry_interval)
         self._set_mode("hook")
@@ -122,12 +123,13 @@ class Exclusivity(Follower[pool.ClaimUse, pool.Table, pool.Assignment]):
                 }
         return out
 
-    def using(self, claim_uid: str) -> list[str]:
+    def using(self, claim_uid: str) -> list[str] | None:
         """namespace/pod/container of each live container that uses the claim's CPU devices (by
-        the CDI names the kubelet gave it, which a pod cannot choose); empty while not connected
-        (nothing is known then)."""
+        the CDI names the kubelet gave it, which a pod cannot choose). None when that cannot be
+        known: the runtime was connected and is away now (a containerd restart), so containers
+        it runs are not listed. Empty when it never connected (the hook pins, nothing is seen)."""
         if not self.active:
-            return []
+            return None if self._synchronized_once else []
         prefix = f"{claim_uid}-"
         users = [c for c in self.containers() if any(n.startswith(prefix) for n in c.use.cdi_names)]
         return [f"{c.pod}/{c.name}" for c in users]
@@ -193,6 +195,7 @@ class Exclusivity(Follower[pool.ClaimUse, pool.Table, pool.Assignment]):
         SHARED_POOL_CPUS.labels(self.driver).set(len(context.pool))
 
     def on_synchronized(self, containers: int) -> None:
+        self._synchronized_once = True
         self._set_mode("nri")
         self._log.info(
             f"CPU pinning mode nri ({self.runtime}): claimed CPUs are exclusive on this node, "

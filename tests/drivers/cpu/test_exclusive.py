@@ -278,6 +278,10 @@ def test_a_claim_whose_cdi_devices_a_live_container_has_is_in_use(root: Path, tm
     assert d.in_use(ClaimRef(namespace="ns", name="o", uid=other), nothing) == ""
     d.exclusive.container_event(api.REMOVE_CONTAINER, api.PodSandbox(), api.Container(id="c1"))
     assert d.in_use(ref, nothing) == ""
+    # connected once, away now (a containerd restart): its containers are not known
+    d.exclusive.on_synchronized(0)
+    d.exclusive.plugin._status.state = State.CONNECTING
+    assert "NRI is disconnected" in d.in_use(ref, nothing)
 
 
 def test_modes_and_readiness_detail(root: Path, tmp_path: Path) -> None:
