@@ -233,11 +233,11 @@ class NicDriver:
                 raise PrepareError(f"{describe_claim(claim)}: device {r.device} is not handed out: {why}")
             raise PrepareError(f"{describe_claim(claim)}: device {r.device} is not on this node")
         if not r.admin_access:
-            others = [
+            others = (  # walked only for a function bound to vfio-pci (vfio.shared_group)
                 (f"{n} of claim {h.claim.namespace}/{h.claim.name}", [c.path for c in nics[n].char_devices])
                 for n, h in self._held.items()
                 if h.claim.uid != claim.uid and n in nics
-            ]
+            )
             why = vfio.refusal(r.device, [c.path for c in nic.char_devices], others)
             if why is not None:
                 raise PrepareError(f"{describe_claim(claim)}: {why}")
