@@ -38,6 +38,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 from topodra.common import logs
 from topodra.common.nri.follower import Follower, Tracked
+from topodra.common.nri.plugin import State
 from topodra.common.topology.parse import parse_cpulist
 from topodra.drivers.cpu import pool
 from topodra.drivers.cpu.holdings import Holding
@@ -102,7 +103,6 @@ class Exclusivity(Follower[pool.ClaimUse, pool.Table, pool.Assignment]):
         self._foreign_named: dict[tuple[str, str], None] = {}  # insertion order: oldest first
         self._foreign_count = 0
         self._foreign_last: dict[str, str] = {}
-        self._synchronized_once = False
         log = logs.get("topodra.drivers.cpu.exclusive", driver=driver)
         super().__init__(driver, socket_path, log, thread="cpu-nri-reconcile", retry_interval=retry_interval)
         self._set_mode("hook")
@@ -128,8 +128,9 @@ class Exclusivity(Follower[pool.ClaimUse, pool.Table, pool.Assignment]):
         the CDI names the kubelet gave it, which a pod cannot choose). None when that cannot be
         known: the runtime was connected and is away now (a containerd restart), so containers
         it runs are not listed. Empty when it never connected (the hook pins, nothing is seen)."""
-        if not self.active:
-            return None if self._synchronized_once else []
+        status = self.plugin.status()
+        if status.state is not State.SYNCHRONIZED:
+            return None if status.synchronizations else []
         prefix = f"{claim_uid}-"
         users = [c for c in self.containers() if any(n.startswith(prefix) for n in c.use.cdi_names)]
         return [f"{c.pod}/{c.name}" for c in users]
@@ -195,7 +196,6 @@ class Exclusivity(Follower[pool.ClaimUse, pool.Table, pool.Assignment]):
         SHARED_POOL_CPUS.labels(self.driver).set(len(context.pool))
 
     def on_synchronized(self, containers: int) -> None:
-        self._synchronized_once = True
         self._set_mode("nri")
         self._log.info(
             f"CPU pinning mode nri ({self.runtime}): claimed CPUs are exclusive on this node, "

@@ -279,7 +279,7 @@ def test_a_claim_whose_cdi_devices_a_live_container_has_is_in_use(root: Path, tm
     d.exclusive.container_event(api.REMOVE_CONTAINER, api.PodSandbox(), api.Container(id="c1"))
     assert d.in_use(ref, nothing) == ""
     # connected once, away now (a containerd restart): its containers are not known
-    d.exclusive.on_synchronized(0)
+    d.exclusive.plugin._status.synchronizations = 1  # as a Synchronize leaves it
     d.exclusive.plugin._status.state = State.CONNECTING
     assert "NRI is disconnected" in d.in_use(ref, nothing)
 
