@@ -142,6 +142,19 @@ def find(all_links: Sequence[Link], *, mac: str | None = None, name: str | None 
     return None
 
 
+_PARENTS_SEEN = False
+
+
+def parents_reported() -> bool:
+    """The kernel names the device under a netdev (5.15+): some host interface shows one. A
+    property of the running kernel, so once seen it is not asked again; until then every call
+    looks (none may show one yet, with every NIC in a pod)."""
+    global _PARENTS_SEEN
+    if not _PARENTS_SEEN:
+        _PARENTS_SEEN = any(link.parent is not None for link in links())
+    return _PARENTS_SEEN
+
+
 def has_net_folder(sysfs_root: str, address: str) -> bool:
     """The function's netdevs hang on it directly (most NICs), not on a device of its own below
     it (virtio-net: <function>/virtioN/net)."""

@@ -117,7 +117,7 @@ def locate(att: Attachment, sysfs_root: str = "/") -> Where:
         # device below its function (virtio-net), which the kernel does not rename either.
         return Where("host", att.host_name)
     if iplink.is_pinned_netns(att.pin):
-        link = in_pod(att, iplink.links(att.pin), parent_devices(att, sysfs_root, host_links))
+        link = in_pod(att, iplink.links(att.pin), parent_devices(att, sysfs_root))
         if link is not None:
             return Where("pinned", link.name)
     if listed and os.path.realpath(sysfs_root) != "/":
@@ -153,16 +153,12 @@ def in_pod(
     return next((group[0] for group in ranked if group), None)
 
 
-def parent_devices(
-    att: Attachment, sysfs_root: str, host_links: Sequence[iplink.Link]
-) -> frozenset[tuple[str, str]] | None:
+def parent_devices(att: Attachment, sysfs_root: str) -> frozenset[tuple[str, str]] | None:
     """The devices the kernel may name under the claim's netdev (iplink.function_devices), when
     they tell it apart: a PCI NIC, a kernel that reports parents (5.15+: some host interface
     shows one), and PCI addresses that are the host's own (under a --sysfs-root at a synthetic
     machine, veths without a device stand in for its NICs). None otherwise."""
-    if not att.pci_address or os.path.realpath(sysfs_root) != "/":
-        return None
-    if not any(link.parent is not None for link in host_links):
+    if not att.pci_address or os.path.realpath(sysfs_root) != "/" or not iplink.parents_reported():
         return None
     return iplink.function_devices(sysfs_root, att.pci_address)
 
@@ -271,7 +267,7 @@ def return_orphan(att: Attachment, in_use: set[int], sysfs_root: str = "/") -> s
         if not iplink.is_pinned_netns(att.pin) or st.st_ino in in_use:
             return None
         ns = f"/proc/{os.getpid()}/fd/{fd}"
-        link = in_pod(att, iplink.links(ns), parent_devices(att, sysfs_root, iplink.links()))
+        link = in_pod(att, iplink.links(ns), parent_devices(att, sysfs_root))
         done = "the pod's namespace was empty"
         if link is not None:
             if _name_taken(att.host_name, att.mac):

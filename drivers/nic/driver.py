@@ -278,7 +278,7 @@ class NicDriver:
 
     def _unprepare(self, claim: ClaimRef, preparation: Preparation) -> None:
         with self._lock:
-            atts = [Attachment.from_json(a) for a in preparation.state.get("attachments") or ()]
+            atts = _attachments(preparation)
             if not atts:
                 # a rollback of an interrupted prepare: the runtime knows only the devices
                 wanted = {d.device for d in preparation.devices}
@@ -313,7 +313,7 @@ class NicDriver:
 
     def in_use(self, claim: ClaimRef, preparation: Preparation) -> str:
         """driver.SeesUse (attach.in_use)."""
-        return attach.in_use([Attachment.from_json(a) for a in preparation.state.get("attachments") or ()])
+        return attach.in_use(_attachments(preparation))
 
     def restore(self, prepared: Mapping[ClaimRef, Preparation]) -> None:
         with self._lock:
@@ -343,3 +343,8 @@ class NicDriver:
     def nics(self) -> dict[str, Nic]:
         with self._lock:
             return dict(self._look())
+
+
+def _attachments(preparation: Preparation) -> list[Attachment]:
+    """The attachments a prepare kept in the claim's checkpoint state."""
+    return [Attachment.from_json(a) for a in preparation.state.get("attachments") or ()]

@@ -95,7 +95,7 @@ class InPods:
         if iplink.is_pinned_netns(att.pin):
             try:
                 inside = iplink.links(att.pin)
-                devices = parent_devices(att, self._root, iplink.links())
+                devices = parent_devices(att, self._root)
                 link = in_pod(att, inside, devices)
                 if link is None and devices is None:  # a virtual interface whose MAC the pod changed
                     link = iplink.find(inside, name=att.container_name)
