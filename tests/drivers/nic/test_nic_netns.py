@@ -178,6 +178,7 @@ def test_release_never_takes_a_host_interface_for_the_nic_by_a_mac_the_pod_chose
         assert locate(att, str(root)) == Where("pinned", "net1")
         subprocess.run(["ip", "-n", pod_ns, "link", "del", "net1"], check=True)  # gone from the pod too
         assert locate(att, str(root)) == Where("host", nic)  # the synthetic tree's word, not the uplink
+        assert release(att, str(root)) == "already on the host"  # the tree's word; the uplink untouched
         virtual = dataclasses.replace(att, pci_address=None, virtual=True)
         assert locate(virtual) == Where("gone")
         assert release(virtual) == "gone with the pod's namespace (virtual interface)"
@@ -253,8 +254,8 @@ def test_a_pod_namespace_full_of_links_costs_the_driver_a_bounded_read(
 ) -> None:
     """A pod with NET_ADMIN can make links by the ten thousand; the driver lists a pod's links
     (health, unprepare) and must not read more than iplink.MAX_OUTPUT of it: the listing fails
-    (health unknown, unprepare retried, nothing released). 200 veth pairs here, against a limit
-    lowered to 32 KiB (the real one, 2 MiB, would take some 4000 links)."""
+    (its callers catch IpError). 200 veth pairs here, against a limit lowered to 32 KiB (the real
+    one is 2 MiB, some thousands of links by a reviewer's sizes, not measured here)."""
     pod_ns = links.netns("c")
     batch = "".join(f"link add v{i} type veth peer name w{i}\n" for i in range(200))
     subprocess.run(["ip", "-n", pod_ns, "-batch", "-"], input=batch, text=True, check=True)
@@ -509,8 +510,9 @@ def test_release_finds_the_port_its_mac_names_when_another_interface_shares_the_
 def test_release_never_renames_a_sibling_port_while_the_claims_port_is_in_the_pin(
     links: Links, hook: Path, tmp_path: Path
 ) -> None:
-    """A function with two ports, the claim's in the pod: its sibling on the host is not the
-    claim's, however the MAC lookup fails. Unprepare takes the one in the pin."""
+    """A function with two ports, the claim's in the pod: unprepare takes the one in the pin by
+    its MAC, and when the pod changes the MAC and the name it never takes the sibling on the host
+    (on this synthetic tree the tree's own word is left, elsewhere "gone")."""
     peer_ns, pod_ns = links.netns("p"), links.netns("c")
     first, second = links.name("a8"), links.name("b8")
     links.veth(first, links.name("q8"), peer_ns)

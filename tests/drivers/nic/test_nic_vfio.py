@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 from topodra.common.runtime import vfio
 from topodra.common.runtime.driver import AllocatedDevice, PrepareError
-from topodra.drivers.nic.driver import NicDriver, NicOptions
 
 from tests.drivers.accelerator.conftest import add_vfio_groups
+from tests.drivers.nic.test_nic_driver import NODE, driver_for
 from tests.kit.claims import claim_ref as claim
 from tests.kit.machines import SynthTree, synth_builder
 
-NODE = "node-a"
 SPEC = {
     "version": 1,
     "name": "nic-vfio",
@@ -56,24 +55,22 @@ def test_two_claims_never_share_a_vfio_group(machine: SynthTree, tmp_path: Path)
     root = tmp_path / "m"
     shutil.copytree(machine.root, root, symlinks=True)
     fns = root / "sys/bus/pci/devices"
-    vfs = sorted(p.name for p in fns.iterdir() if (p / "physfn").exists())[:2]  # 2 VFs of each port
+    vfs = sorted(p.name for p in fns.iterdir() if (p / "physfn").exists())[:2]  # the first port's 2 VFs
     assert len(vfs) == 2
     (fns / vfs[1] / "iommu_group").unlink()
     (fns / vfs[1] / "iommu_group").symlink_to(os.readlink(fns / vfs[0] / "iommu_group"))
     group = add_vfio_groups(root)[vfs[0]]
-    d = NicDriver(
-        NicOptions(
-            sysfs_root=str(root), node_name=NODE, hook_dir=tmp_path / "hooks", state_dir=tmp_path / "state"
-        )
-    )
+    d = driver_for(root, tmp_path)
     names = ["pci-" + v.replace(":", "-").replace(".", "-") for v in vfs]
     first = claim("first")
     held = d.prepare(first, [AllocatedDevice("nic", NODE, names[0])], [])
     with pytest.raises(
         PrepareError,
         match=f"device {names[1]} is in the IOMMU group of {names[0]} of claim ns1/first "
-        f"\\(/dev/vfio/{group}\\)",
+        f"\\(/dev/vfio/{group}\\): whoever opens the group reaches both",
     ):
         d.prepare(claim("second"), [AllocatedDevice("nic", NODE, names[1])], [])
+    assert {name: h[0] for name, h in d.held().items()} == {names[0]: first}
     d.unprepare(first, held)
-    d.prepare(claim("second"), [AllocatedDevice("nic", NODE, names[1])], [])
+    second = claim("second")
+    d.unprepare(second, d.prepare(second, [AllocatedDevice("nic", NODE, names[1])], []))
