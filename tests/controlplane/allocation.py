@@ -21,6 +21,7 @@ from tests.controlplane.cluster import ControlPlane, api_resource, unique_name
 from tests.controlplane.objects import pod_body
 
 ACC, NIC = "accelerator.topodra.io", "nic.topodra.io"
+REFUSED_FOR = 3.0  # seconds a "cannot allocate" verdict must stand to count as no room
 DEVICE_CLASSES = Path(__file__).resolve().parents[2] / "deploy" / "base" / "deviceclasses.yaml"
 
 
@@ -73,6 +74,7 @@ def submit(
     pods.create(namespace=ns, body=pod)
     deadline = time.monotonic() + 90
     last = ""
+    refused_since: float | None = None
     while time.monotonic() < deadline:
         got = claims.get(namespace=ns, name=name).to_dict()
         alloc = (got.get("status") or {}).get("allocation")
@@ -80,11 +82,17 @@ def submit(
             results: list[dict[str, Any]] = alloc["devices"]["results"]
             return results
         p = pods.get(namespace=ns, name=name).to_dict()
+        refused = False
         for c in (p.get("status") or {}).get("conditions") or []:
             message = c.get("message") or ""
             last = message or last
-            if c.get("type") == "PodScheduled" and "cannot allocate all claims" in message:
-                return None
+            refused |= c.get("type") == "PodScheduled" and "cannot allocate all claims" in message
             assert "timed out trying to allocate" not in message, f"{name}: {message}"
+        # a verdict given before the scheduler saw a node's new slices is taken back when it
+        # does (the slices' arrival requeues the pod): "no room" must hold for REFUSED_FOR
+        now = time.monotonic()
+        refused_since = (refused_since or now) if refused else None
+        if refused_since is not None and now - refused_since >= REFUSED_FOR:
+            return None
         time.sleep(0.2)
     raise AssertionError(f"{name}: no verdict from the scheduler in 90 s (last said: {last!r})")
