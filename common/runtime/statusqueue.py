@@ -3,13 +3,21 @@
 The kubelet must not wait for the API server while a driver prepares, and a status write that
 fails (a conflict, an outage) is retried with backoff rather than failing the pod. The runtime
 hands drivers their `ClaimStatusWriter` wrapped in this queue; its calls return at once.
+
+The claim's owner can make our writes fail: every change they make to their ResourceClaim moves
+its resourceVersion, and our update of the status then meets 409. So each claim has its own lane.
+A claim waits out its backoff in its lane, not on the writer thread, and the lanes take turns,
+so a tenant who keeps their claims conflicting delays only their own status. Within a lane writes
+keep their order: a retried "set" never lands after the "remove" that followed it.
 """
 
 from __future__ import annotations
 
-import queue
+import heapq
+import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from topodra.common import logs
@@ -23,19 +31,43 @@ from topodra.common.runtime.driver import (
 
 _log = logs.get(__name__)
 
-Write = tuple[ClaimRef, Callable[[], None], int]  # the claim, the call, attempts made
+
+class _Lane:
+    """One claim's writes, oldest first, and how often the oldest has failed."""
+
+    __slots__ = ("claim", "failures", "writes")
+
+    def __init__(self, claim: ClaimRef) -> None:
+        self.claim = claim
+        self.writes: deque[Callable[[], None]] = deque()
+        self.failures = 0
 
 
 class QueuedStatusWriter:
-    """A ClaimStatusWriter whose writes run in order on one thread, each retried up to
-    `max_attempts` times on ClaimStatusError."""
+    """A ClaimStatusWriter whose writes run on one thread, a lane per claim; a write that fails
+    with ClaimStatusError is tried up to `max_attempts` times, waiting `backoff` seconds after the
+    first failure, doubling up to `max_backoff`."""
 
-    def __init__(self, writer: ClaimStatusWriter, *, max_attempts: int = 6) -> None:
+    def __init__(
+        self,
+        writer: ClaimStatusWriter,
+        *,
+        max_attempts: int = 10,
+        backoff: float = 0.2,
+        max_backoff: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._writer = writer
-        self._q: queue.Queue[Write | None] = queue.Queue()
         self._max = max_attempts
-        self._idle = threading.Condition()
-        self._busy = 0
+        self._backoff = backoff
+        self._max_backoff = max_backoff
+        self._clock = clock
+        self._cv = threading.Condition()
+        self._lanes: dict[str, _Lane] = {}  # by claim uid
+        self._due: list[tuple[float, int, str]] = []  # (when, turn, uid): one entry per lane
+        self._turn = itertools.count()
+        self._busy = 0  # writes not yet done or given up
+        self._closed = False
         self._thread = threading.Thread(target=self._run, name="claim-status", daemon=True)
         self._thread.start()
 
@@ -48,38 +80,69 @@ class QueuedStatusWriter:
         self._put(claim, lambda: self._writer.remove_devices(claim, gone))
 
     def flush(self, timeout: float) -> bool:
-        """Wait until every queued write is done (tests, shutdown)."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._busy == 0, timeout)
+        """Wait until every queued write is done or given up (tests, shutdown)."""
+        with self._cv:
+            return self._cv.wait_for(lambda: self._busy == 0, timeout)
 
     def close(self) -> None:
-        self._q.put(None)
+        """Stop the thread; writes still queued are dropped."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
 
     def _put(self, claim: ClaimRef, call: Callable[[], None]) -> None:
-        with self._idle:
+        with self._cv:
             self._busy += 1
-        self._q.put((claim, call, 0))
+            lane = self._lanes.get(claim.uid)
+            if lane is None:
+                lane = self._lanes[claim.uid] = _Lane(claim)
+                self._schedule(claim.uid, self._clock())
+            lane.writes.append(call)
+
+    def _schedule(self, uid: str, when: float) -> None:
+        heapq.heappush(self._due, (when, next(self._turn), uid))
+        self._cv.notify_all()
+
+    def _next(self) -> _Lane | None:
+        """The lane whose turn it is, once it is due; None when closed."""
+        with self._cv:
+            while not self._closed:
+                if self._due:
+                    wait = self._due[0][0] - self._clock()
+                    if wait <= 0:
+                        return self._lanes[heapq.heappop(self._due)[2]]
+                    self._cv.wait(wait)
+                else:
+                    self._cv.wait()
+            return None
 
     def _run(self) -> None:
-        while (item := self._q.get()) is not None:
-            claim, call, attempt = item
-            retry = False
+        while (lane := self._next()) is not None:
+            claim = lane.claim
+            failed = False
             try:
-                call()
+                lane.writes[0]()
             except ClaimStatusError as e:
-                retry = attempt + 1 < self._max
+                failed = lane.failures + 1 < self._max
                 _log.warning(
                     f"cannot write status of {describe_claim(claim)}: {e}"
-                    + ("; will retry" if retry else ""),
+                    + ("; will retry" if failed else f"; gave up after {self._max} attempts"),
                     **logs.claim(claim),
                     error=str(e),
                 )
             except Exception:
                 _log.exception(f"status write of {describe_claim(claim)} crashed", **logs.claim(claim))
-            if retry:
-                time.sleep(min(0.2 * 2**attempt, 5.0))
-                self._q.put((claim, call, attempt + 1))
-                continue
-            with self._idle:
+            with self._cv:
+                if failed:
+                    delay = min(self._backoff * 2**lane.failures, self._max_backoff)
+                    lane.failures += 1
+                    self._schedule(claim.uid, self._clock() + delay)
+                    continue
+                lane.writes.popleft()
+                lane.failures = 0
                 self._busy -= 1
-                self._idle.notify_all()
+                if lane.writes:
+                    self._schedule(claim.uid, self._clock())  # behind the lanes already due
+                else:
+                    del self._lanes[claim.uid]
+                    self._cv.notify_all()

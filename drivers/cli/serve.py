@@ -143,7 +143,8 @@ def build(args: argparse.Namespace, kinds: list[str]) -> tuple[list[DriverServic
         driver = registry.create(kind, common)
         caps = capabilities.of(driver)
         if caps.set_status_writer is not None:
-            caps.set_status_writer(QueuedStatusWriter(KubeClaimStatusWriter(api, driver.name)))
+            # a few quick re-reads on 409 in the call; longer backoff waits in the claim's lane
+            caps.set_status_writer(QueuedStatusWriter(KubeClaimStatusWriter(api, driver.name, retries=3)))
         publisher = None
         if not args.no_publish:
             # loaded only when publishing: --no-publish drivers never pay for its modules
