@@ -37,6 +37,9 @@ class Link:
     # the device under the netdev as the kernel names it (5.15+, any namespace): ("pci",
     # "0000:3b:00.0") for a PCI function; nothing a pod can give an interface it makes itself
     parent: tuple[str, str] | None = None
+    # the address the device was made with (IFLA_PERM_ADDRESS; `ip` shows it only where it
+    # differs from `mac`): a NIC's own, which changing its MAC does not change
+    perm_mac: str | None = None
 
     @property
     def up(self) -> bool:
@@ -109,7 +112,7 @@ def links(netns: str | None = None) -> list[Link]:
     result = []
     for e in data:
         info = e.get("linkinfo") or {}
-        mac = e.get("address")
+        mac, perm = e.get("address"), e.get("permaddr")
         result.append(
             Link(
                 name=e["ifname"],
@@ -119,6 +122,7 @@ def links(netns: str | None = None) -> list[Link]:
                 flags=tuple(e.get("flags") or ()),
                 kind=info.get("info_kind"),
                 parent=_parent(e),
+                perm_mac=perm.lower() if isinstance(perm, str) else None,
             )
         )
     return result

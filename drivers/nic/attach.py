@@ -7,7 +7,8 @@ original name, and must be safe to repeat:
 
 1. on the host already (never moved, moved back, or a physical NIC the kernel returned when the
    pod's namespace died, possibly renamed): found among its PCI function's netdevs (by MAC among
-   them), a virtual interface by its name, never by MAC across the host; renamed back;
+   them, or the MAC it was made with), a virtual interface by its name, never by MAC across the
+   host; renamed back, and a NIC given back the MAC it had at prepare;
 2. in the pinned namespace (the hook bind-mounted it, so it outlives the container): moved out
    and renamed in one request;
 3. nowhere: a virtual interface whose namespace died unpinned is gone for good (veths die with
@@ -102,7 +103,7 @@ def locate(att: Attachment, sysfs_root: str = "/") -> Where:
         # interface that has moved into a pod, and trusting it would drop the pin holding it.
         listed = iplink.pci_netdevs(sysfs_root, att.pci_address)
         mine = [link for link in host_links if link.name in listed]
-        link = iplink.find(mine, mac=mac) if mac else None
+        link = _with_mac(mine, mac) if mac else None
         link = link or iplink.find(mine, name=att.host_name)
         if link is not None:
             return Where("host", link.name)
@@ -128,6 +129,15 @@ def locate(att: Attachment, sysfs_root: str = "/") -> Where:
     return Where("gone")
 
 
+def _with_mac(links: Sequence[iplink.Link], mac: str) -> iplink.Link | None:
+    """The link with this MAC, else the one made with it (a port whose MAC a pod changed, which
+    the kernel gave back when the pod's namespace died)."""
+    mac = mac.lower()
+    return next((link for link in links if link.mac == mac), None) or next(
+        (link for link in links if link.perm_mac == mac), None
+    )
+
+
 def in_pod(
     att: Attachment, inside: Sequence[iplink.Link], devices: frozenset[tuple[str, str]] | None
 ) -> iplink.Link | None:
@@ -136,9 +146,10 @@ def in_pod(
     what is taken from there goes to the host under the NIC's name. A PCI NIC is known by the
     device the kernel shows under its netdev (`devices`: its function's, see parent_devices),
     which no interface a pod makes has; among several (two ports of one function) the MAC,
-    then the name, tells them apart. Otherwise (`devices` None: a virtual interface, an older
-    kernel) nothing is beyond a pod's reach: the MAC and the name together come first, then the
-    MAC alone, or the name where there is no MAC."""
+    then the address the port was made with, then the name, tells them apart. Otherwise
+    (`devices` None: a virtual interface, an older kernel) nothing is beyond a pod's reach: the
+    MAC and the name together come first, then the MAC alone, or the name where there is no
+    MAC."""
     mac = _usable_mac(att.mac)
     mac = mac.lower() if mac else None
     physical = devices is not None
@@ -146,6 +157,8 @@ def in_pod(
     ranked = [[link for link in candidates if mac and link.mac == mac and link.name == att.container_name]]
     if mac:
         ranked.append([link for link in candidates if link.mac == mac])
+    if physical and mac:  # the pod changed the MAC; the port's own address is still the one
+        ranked.append([link for link in candidates if link.perm_mac == mac])
     if physical or not mac:
         ranked.append([link for link in candidates if link.name == att.container_name])
     if physical and len(candidates) == 1:
@@ -218,12 +231,37 @@ def release(
             f"device {att.device}: interface {att.host_name} (pci {att.pci_address}, mac {att.mac}) is "
             "neither on the host nor in the pinned namespace yet; will retry"
         )
+    if where.place != "gone" and not att.virtual:
+        done += restore_mac(att)
     try:
         iplink.unpin(att.pin)
     except (OSError, iplink.IpError) as e:
         # the interface is home; a stale pin only keeps an empty namespace alive
         log.warning(f"cannot remove pin {att.pin}: {e}")
     return done
+
+
+def restore_mac(att: Attachment) -> str:
+    """Give the interface, home under its host name, back the MAC it had at prepare; what was
+    done, for release's answer. A pod with NET_ADMIN may have set any MAC, the node uplink's
+    included, and the next claim of the NIC would get it. Fails closed (ReleaseError: the claim
+    stays prepared and is retried) rather than hand the NIC on with the pod's MAC. For a NIC
+    only: a virtual interface comes home by its MAC or not at all, and one found by name may be
+    another made since. Nothing is done for an interface netlink does not show (a synthetic
+    machine's word)."""
+    mac = _usable_mac(att.mac)
+    link = iplink.find(iplink.links(), name=att.host_name) if mac else None
+    if mac is None or link is None or link.mac is None or link.mac == mac.lower():
+        return ""
+    try:
+        iplink.run(["link", "set", "dev", att.host_name, "address", mac])
+    except iplink.IpError as e:
+        raise ReleaseError(
+            f"device {att.device}: {att.host_name} came back with MAC {link.mac}, and setting its "
+            f"own {mac} back failed: {e}"
+        ) from e
+    _log.info(f"set the MAC of {att.host_name} back from {link.mac} to {mac}", device=att.device)
+    return f"; its MAC {link.mac} set back to {mac}"
 
 
 def _name_taken(name: str, mac: str | None) -> bool:

@@ -159,8 +159,9 @@ def test_release_takes_the_claims_interface_not_a_copy_the_pod_made(
 def test_release_never_takes_a_host_interface_for_the_nic_by_a_mac_the_pod_chose(
     links: Links, hook: Path, tmp_path: Path
 ) -> None:
-    """A pod with NET_ADMIN sets its NIC's MAC to the node uplink's. The NIC comes home with it,
-    and the next prepare of that NIC records it. Unprepare must then look for the NIC under its
+    """A pod with NET_ADMIN sets its NIC's MAC to the node uplink's. The NIC comes home with it
+    (unprepare now sets it back; drivers before that did not), and the next prepare of that NIC
+    records it. Unprepare must then look for the NIC under its
     PCI function or in the pin, never take the uplink (the host interface with that MAC) for it:
     what it finds is set down and renamed. A virtual interface is looked for by name on the host."""
     peer_ns, pod_ns = links.netns("p"), links.netns("c")
@@ -226,6 +227,10 @@ def test_a_pci_nic_in_a_pod_is_known_by_its_device_not_its_mac_or_name() -> None
     mine = link("y", att.mac or "", 42, ("pci", pci))
     assert in_pod(att, [copy, other_port, mine], devices) is mine  # the MAC tells two ports apart
     assert in_pod(att, [copy, other_port, renamed], devices) is None  # which port is ours? neither taken
+    # ... unless the kernel shows the address the port was made with (IFLA_PERM_ADDRESS)
+    ours = dataclasses.replace(renamed, perm_mac=att.mac)
+    sibling = dataclasses.replace(other_port, perm_mac="0c:42:a1:00:00:02")
+    assert in_pod(att, [copy, sibling, ours], devices) is ours
     assert in_pod(att, [copy], devices) is None  # gone from the pod: not the copy
     virtio = link("eth1", "52:54:00:00:00:01", 43, ("virtio", "virtio2"))  # a netdev on a device below
     assert in_pod(att, [copy, virtio], devices) is virtio
@@ -312,6 +317,56 @@ def test_release_renames_an_interface_the_kernel_renamed(links: Links, tmp_path:
     assert locate(att, str(root)).name == links.name("k9")
     assert release(att, str(root)) == f"renamed {links.name('k9')} back to {host}"
     assert host_link(host) is not None and host_link(links.name("k9")) is None
+
+
+def test_release_sets_back_the_mac_the_nic_had_at_prepare(links: Links, tmp_path: Path) -> None:
+    """A pod with NET_ADMIN set its NIC's MAC (to the uplink's, say) and the kernel gave the NIC
+    back under its name when the pod's namespace died: unprepare sets the MAC it had at prepare,
+    so the next claim of the NIC does not inherit the pod's (a veth and a folder tree stand in)."""
+    peer_ns = links.netns("p")
+    host = links.name("h0")
+    mac = links.veth(host, links.name("q0"), peer_ns)
+    subprocess.run(["ip", "link", "set", "dev", host, "address", "02:00:00:00:00:fe"], check=True)
+    root = pci_function(tmp_path, PCI, host).parent
+    att = physical(attachment(links, tmp_path / "state", host, mac, "net1"))
+    assert locate(att, str(root)) == Where("host", host)
+    assert release(att, str(root)) == f"already on the host; its MAC 02:00:00:00:00:fe set back to {mac}"
+    assert host_link(host)["address"] == mac  # type: ignore[index]
+    assert release(att, str(root)) == "already on the host"  # nothing left to do
+
+
+def test_unprepare_finds_a_port_by_the_address_it_was_made_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port whose MAC a pod changed comes home from the dead namespace under a kernel name:
+    among its function's two ports it is the one made with the claim's MAC. No device here has
+    a permanent address (veths and ifbs get random ones; no dummy or netdevsim module), so the
+    host's links are given as `ip -d -j link` reads them."""
+    mac = "0c:42:a1:00:00:01"
+    sibling = iplink.Link("a0", 3, "0c:42:a1:00:00:02", "down", (), None, ("pci", PCI))
+    ours = iplink.Link("eth7", 4, "02:00:00:00:00:fe", "down", (), None, ("pci", PCI), perm_mac=mac)
+    monkeypatch.setattr(iplink, "links", lambda netns=None: [sibling, ours])
+    for link in (sibling, ours):
+        folder = tmp_path / "sys/bus/pci/devices" / PCI / "net" / link.name
+        folder.mkdir(parents=True)
+        (folder / "address").write_text(f"{link.mac}\n")
+    att = Attachment("pci-0000-04-00-0", "nic", "node-a", "ens1f0", "net1", mac, PCI, virtual=False,
+                     mode="hook", pin=str(tmp_path / "none"))  # fmt: skip
+    assert locate(att, str(tmp_path)) == Where("host", "eth7")  # not the sibling the tree lists first
+
+
+def test_the_address_a_link_was_made_with_is_read_from_ip(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ip -j link` names it "permaddr", only where it differs from the address (iproute2 6.1)."""
+    out = json.dumps([
+        {"ifindex": 4, "ifname": "eth7", "flags": [], "operstate": "DOWN", "address": "02:00:00:00:00:FE",
+         "permaddr": "0C:42:A1:00:00:01", "parentbus": "pci", "parentdev": PCI},
+        {"ifindex": 3, "ifname": "a0", "flags": [], "operstate": "DOWN", "address": "0c:42:a1:00:00:02"},
+    ])  # fmt: skip
+    monkeypatch.setattr(iplink, "run", lambda args, netns=None, **kw: out)
+    assert [(link.mac, link.perm_mac) for link in iplink.links()] == [
+        ("02:00:00:00:00:fe", "0c:42:a1:00:00:01"),
+        ("0c:42:a1:00:00:02", None),
+    ]
 
 
 def test_release_refuses_to_take_a_name_another_interface_holds(links: Links, tmp_path: Path) -> None:
