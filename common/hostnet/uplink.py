@@ -22,6 +22,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from topodra.common.topology import hostfiles
+
 # rtentry flags (include/uapi/linux/route.h, ipv6_route.h)
 _RTF_UP = 0x0001
 _RTF_REJECT = 0x0200
@@ -146,7 +148,7 @@ def default_route_interfaces(root: str) -> frozenset[str]:
 def live_addresses(root: str) -> dict[str, list[str]]:
     """Addresses per interface. For the running machine ("/") psutil asks netlink (IPv4 and IPv6);
     for a captured tree only proc/net/if_inet6 can say anything."""
-    if os.path.realpath(root) == "/":
+    if hostfiles.is_this_host(root):
         try:
             import psutil
 

@@ -21,6 +21,12 @@ _DEV = re.compile(r"(\d+):(\d+)\Z")
 _touched: ContextVar[set[str] | None] = ContextVar("topodra_hostfiles_touched", default=None)
 
 
+def is_this_host(root: str | os.PathLike[str]) -> bool:
+    """The root is this machine's own "/" (however spelled), not a captured or synthetic tree:
+    only then do netlink and the kernel describe the same devices as the files."""
+    return os.path.realpath(root) == "/"
+
+
 @contextmanager
 def recording() -> Iterator[set[str]]:
     """The paths the helpers below read or list meanwhile (in this context), present or not."""

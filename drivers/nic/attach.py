@@ -27,6 +27,7 @@ from typing import Any
 
 from topodra.common import logs
 from topodra.common.hostnet import iplink
+from topodra.common.topology import hostfiles
 
 _log = logs.get("topodra.nic.attach")
 
@@ -121,7 +122,7 @@ def locate(att: Attachment, sysfs_root: str = "/") -> Where:
         link = in_pod(att, iplink.links(att.pin), parent_devices(att, sysfs_root))
         if link is not None:
             return Where("pinned", link.name)
-    if listed and os.path.realpath(sysfs_root) != "/":
+    if listed and not hostfiles.is_this_host(sysfs_root):
         # Not in netlink and not in the pin, under a sysfs root that is not the host's own (a
         # synthetic or captured machine, whose interfaces netlink never shows): that tree is the
         # only witness left. On the host's own sysfs this stays "gone": netlink is the truth there.
@@ -171,7 +172,7 @@ def parent_devices(att: Attachment, sysfs_root: str) -> frozenset[tuple[str, str
     they tell it apart: a PCI NIC, a kernel that reports parents (5.15+: some host interface
     shows one), and PCI addresses that are the host's own (under a --sysfs-root at a synthetic
     machine, veths without a device stand in for its NICs). None otherwise."""
-    if not att.pci_address or os.path.realpath(sysfs_root) != "/" or not iplink.parents_reported():
+    if not att.pci_address or not hostfiles.is_this_host(sysfs_root) or not iplink.parents_reported():
         return None
     return iplink.function_devices(sysfs_root, att.pci_address)
 
@@ -232,7 +233,7 @@ def release(
             "neither on the host nor in the pinned namespace yet; will retry"
         )
     if where.place != "gone" and not att.virtual:
-        done += restore_mac(att)
+        done += restore_mac(att, sysfs_root)
     try:
         iplink.unpin(att.pin)
     except (OSError, iplink.IpError) as e:
@@ -241,17 +242,21 @@ def release(
     return done
 
 
-def restore_mac(att: Attachment) -> str:
+def restore_mac(att: Attachment, sysfs_root: str = "/") -> str:
     """Give the interface, home under its host name, back the MAC it had at prepare; what was
     done, for release's answer. A pod with NET_ADMIN may have set any MAC, the node uplink's
     included, and the next claim of the NIC would get it. Fails closed (ReleaseError: the claim
     stays prepared and is retried) rather than hand the NIC on with the pod's MAC. For a NIC
     only: a virtual interface comes home by its MAC or not at all, and one found by name may be
     another made since. Nothing is done for an interface netlink does not show (a synthetic
-    machine's word)."""
+    machine's word), nor, under a synthetic machine's tree, for one of this host's own devices:
+    virtual links stand in for its NICs, and a name it shares with the host's (eth0) is no
+    proof."""
     mac = _usable_mac(att.mac)
     link = iplink.find(iplink.links(), name=att.host_name) if mac else None
     if mac is None or link is None or link.mac is None or link.mac == mac.lower():
+        return ""
+    if link.kind is None and not hostfiles.is_this_host(sysfs_root):
         return ""
     try:
         iplink.run(["link", "set", "dev", att.host_name, "address", mac])

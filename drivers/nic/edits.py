@@ -11,7 +11,7 @@ from topodra.common.cdi.edits import ContainerEdits, DeviceNode, Hook, NetDevice
 from topodra.common.runtime.claims.spec import env_token
 from topodra.common.runtime.config import ConfigError, describe_claim
 from topodra.common.runtime.driver import AllocatedDevice, ClaimRef, PrepareError
-from topodra.common.topology.hostfiles import dev_numbers
+from topodra.common.topology.hostfiles import dev_numbers, is_this_host
 from topodra.drivers.nic import config, hookfiles
 from topodra.drivers.nic.attach import Attachment
 from topodra.drivers.nic.devices import Nic
@@ -97,7 +97,7 @@ def device_edits(
         # from: under a --sysfs-root at a synthetic machine, the host's own /sys may have a real
         # NIC at the synthetic address
         root = os.path.realpath(sysfs_root)
-        hook_env = () if root == "/" else (f"TOPODRA_HOOK_SYSFS={os.path.join(root, 'sys')}",)
+        hook_env = () if is_this_host(root) else (f"TOPODRA_HOOK_SYSFS={os.path.join(root, 'sys')}",)
         hooks = (Hook("createRuntime", hook, tuple(args), env=hook_env, timeout=HOOK_TIMEOUT),)
     elif att.mode == "cdi":
         nets = (NetDevice(att.host_name, att.container_name),)

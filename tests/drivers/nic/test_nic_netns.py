@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -333,6 +334,31 @@ def test_release_sets_back_the_mac_the_nic_had_at_prepare(links: Links, tmp_path
     assert release(att, str(root)) == f"already on the host; its MAC 02:00:00:00:00:fe set back to {mac}"
     assert host_link(host)["address"] == mac  # type: ignore[index]
     assert release(att, str(root)) == "already on the host"  # nothing left to do
+
+
+def test_under_a_synthetic_tree_a_device_of_this_host_is_never_given_the_nics_mac(
+    links: Links, tmp_path: Path
+) -> None:
+    """A synthetic machine's NIC may share its name with one of this host's own devices (eth0,
+    here lo in a namespace of its own): release must not set that device's MAC. Run in the
+    namespace, where lo is the only device and is no stand-in."""
+    ns = links.netns("s")
+    root = tmp_path / "tree"
+    (root / "sys/bus/pci/devices" / PCI / "net/lo").mkdir(parents=True)
+    att = physical(attachment(links, tmp_path / "state", "lo", "02:00:00:00:00:77", "net1"))
+    script = (
+        "import json, sys; from topodra.drivers.nic.attach import Attachment, release; "
+        "print(release(Attachment.from_json(json.loads(sys.argv[1])), sys.argv[2]))"
+    )
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, sys.executable, "-c", script, json.dumps(att.to_json()), str(root)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "already on the host"
+    lo = json.loads(subprocess.run(["ip", "-n", ns, "-j", "link", "show", "lo"], capture_output=True,
+                                   text=True, check=True).stdout)[0]  # fmt: skip
+    assert lo["address"] == "00:00:00:00:00:00"
 
 
 def test_unprepare_finds_a_port_by_the_address_it_was_made_with(
