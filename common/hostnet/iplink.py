@@ -159,12 +159,6 @@ def parents_reported() -> bool:
     return _PARENTS_SEEN
 
 
-def has_net_folder(sysfs_root: str, address: str) -> bool:
-    """The function's netdevs hang on it directly (most NICs), not on a device of its own below
-    it (virtio-net: <function>/virtioN/net)."""
-    return os.path.isdir(os.path.join(sysfs_root, "sys/bus/pci/devices", address, "net"))
-
-
 def function_devices(sysfs_root: str, address: str) -> frozenset[tuple[str, str]]:
     """What the kernel can name as a netdev's parent device (`Link.parent`) for a netdev of this
     PCI function: the function itself, and the devices below it (virtioN, auxiliary devices).
@@ -179,12 +173,14 @@ def function_devices(sysfs_root: str, address: str) -> frozenset[tuple[str, str]
     return frozenset(out)
 
 
-def pci_netdevs(sysfs_root: str, address: str) -> list[str]:
-    """Netdev names of a PCI function in *our* namespace (sysfs hides other namespaces')."""
+def pci_netdevs(sysfs_root: str, address: str) -> list[str] | None:
+    """Netdev names of a PCI function in *our* namespace (sysfs hides other namespaces'); None
+    when its netdevs do not hang on it directly (virtio-net: <function>/virtioN/net) or it is
+    not there."""
     try:
         return sorted(os.listdir(os.path.join(sysfs_root, "sys/bus/pci/devices", address, "net")))
     except OSError:
-        return []
+        return None
 
 
 def rename(name: str, new_name: str, netns: str | None = None) -> None:

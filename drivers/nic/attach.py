@@ -93,16 +93,14 @@ def locate(att: Attachment, sysfs_root: str = "/") -> Where:
 
     Never by MAC across the host: a bond, bridge or VLAN of the host can carry the NIC's MAC
     too, and a pod can give the NIC any MAC (the uplink's), which it keeps when it comes home
-    and which the next prepare then records; what is found here is set down and renamed."""
+    until unprepare sets it back; what is found here is set down and renamed."""
     mac = _usable_mac(att.mac)
     host_links = iplink.links()
-    listed: list[str] = []
-    mine: list[iplink.Link] = []
-    if att.pci_address and iplink.has_net_folder(sysfs_root, att.pci_address):
+    listed = iplink.pci_netdevs(sysfs_root, att.pci_address) if att.pci_address else None
+    if listed is not None:
         # sysfs names the function's netdevs, netlink must show them too: a sysfs root that is
         # not the host's own (--sysfs-root at a synthetic or captured machine) keeps naming an
         # interface that has moved into a pod, and trusting it would drop the pin holding it.
-        listed = iplink.pci_netdevs(sysfs_root, att.pci_address)
         mine = [link for link in host_links if link.name in listed]
         link = _with_mac(mine, mac) if mac else None
         link = link or iplink.find(mine, name=att.host_name)

@@ -111,10 +111,13 @@ def main(argv: list[str] | None = None) -> int:
             for scenario in (ALIGNED, ALIGNED_LEAF):
                 for ns in previous:
                     sim.clear_namespace(cp, ns)
-                busy = f"bench-{scenario}-s{seed}-nics"
-                previous = [f"bench-{scenario}-s{seed}", busy]
-                sim.make_namespace(cp, busy)
-                taken = take_nics(cp, sorted(cluster.nodes), args.busy_nics, busy)
+                previous = [f"bench-{scenario}-s{seed}"]
+                taken: list[str] = []
+                if args.busy_nics:
+                    busy = f"bench-{scenario}-s{seed}-nics"
+                    previous.append(busy)
+                    sim.make_namespace(cp, busy)
+                    taken = take_nics(cp, sorted(cluster.nodes), args.busy_nics, busy)
                 run = sim.run_scenario(cp, cluster, scenario, jobs, previous[0])
                 pairs = pair_levels(run.placements, where)
                 placed = sum(p.job.accelerators for p in run.placements)
