@@ -18,6 +18,7 @@ from pathlib import Path
 from topodra.common import logs
 from topodra.common.inventory import Inventory
 from topodra.common.kubeapi.claims import ClaimSource
+from topodra.common.runtime import podresources
 from topodra.common.runtime.claims import ClaimManager
 from topodra.common.runtime.driver import Driver
 from topodra.common.runtime.plugin import Plugin, PluginOptions, PluginStatus, Publisher, plugin_dir
@@ -47,8 +48,16 @@ class DriverService:
         pool = options.pool or options.node_name
         folder = state_dir or plugin_dir(driver.name, options)
         inventory = Inventory(driver)
+        kubelet = podresources.KubeletPods(options.kubelet_root / podresources.SOCKET)
         claims = ClaimManager.create(
-            driver, options.node_name, claim_source, folder, cdi_root, pools=[pool], devices=inventory.devices
+            driver,
+            options.node_name,
+            claim_source,
+            folder,
+            cdi_root,
+            pools=[pool],
+            devices=inventory.devices,
+            kubelet_users=kubelet.in_use,
         )
         plugin = Plugin(driver, claims, options, publisher, inventory)
         return cls(plugin, claims, reconcile_interval)

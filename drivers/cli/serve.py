@@ -130,6 +130,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _no_sleep(_seconds: float) -> None:
+    pass
+
+
 def build(args: argparse.Namespace, kinds: list[str]) -> tuple[list[DriverService], Observability | None]:
     """The services for `kinds` and the HTTP endpoint, nothing started yet. A driver's optional
     capabilities are looked up once, here (common/runtime/capabilities.py)."""
@@ -143,8 +147,10 @@ def build(args: argparse.Namespace, kinds: list[str]) -> tuple[list[DriverServic
         driver = registry.create(kind, common)
         caps = capabilities.of(driver)
         if caps.set_status_writer is not None:
-            # a few quick re-reads on 409 in the call; longer backoff waits in the claim's lane
-            caps.set_status_writer(QueuedStatusWriter(KubeClaimStatusWriter(api, driver.name, retries=3)))
+            # three re-reads on 409 in the call, without sleeping on the queue's one thread; the
+            # backoff waits in the claim's lane (statusqueue.py)
+            writer = KubeClaimStatusWriter(api, driver.name, retries=3, sleep=_no_sleep)
+            caps.set_status_writer(QueuedStatusWriter(writer))
         publisher = None
         if not args.no_publish:
             # loaded only when publishing: --no-publish drivers never pay for its modules

@@ -12,7 +12,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
+from tests.controlplane.cluster import api_resource
 from tests.controlplane.processes import wait_until
 from tests.node.claims import claim_cpus
 from tests.node.drivers import KINDS, Drivers, bring_up, restart_driver, roll, take_down
@@ -23,6 +25,7 @@ pytestmark = pytest.mark.node
 
 ONCE = dict.fromkeys(KINDS, 1)
 REGISTERED = "kubelet registered the plugin"  # the drivers' log line when the kubelet confirms
+PYTHON = "/usr/bin/python3"  # the node image's interpreter (tests/node/images.py); ctr exec sets no PATH
 
 
 @pytest.fixture
@@ -144,3 +147,61 @@ def test_rolling_update_with_a_prepared_claim(node_drivers: Drivers, ns: str, ki
     assert len(w.cdi_specs()) == len(KINDS), w.cdi_specs()
     w.delete()
     w.assert_released()
+
+
+def _kubelet_says(drivers: Drivers, kind: str, namespace: str, name: str, uid: str) -> str:
+    """What the driver's own code, run in its own container (its mounts, user and dropped
+    capabilities), reads from the real kubelet's pod resources socket about the claim."""
+    (pod,) = drivers.pods(kind)
+    container = pod.status.container_statuses[0].container_id.split("//", 1)[1]
+    (args,) = [c["args"] for c in drivers.daemonset(kind)["spec"]["template"]["spec"]["containers"]]
+    (root,) = [a.split("=", 1)[1] for a in args if a.startswith("--kubelet-root-dir=")]
+    code = (
+        "import sys; from pathlib import Path; from topodra.common.runtime.driver import ClaimRef; "
+        "from topodra.common.runtime.podresources import SOCKET, KubeletPods; "
+        "print(*KubeletPods(Path(sys.argv[1]) / SOCKET).in_use([ClaimRef(*sys.argv[2:5])]).values())"
+    )
+    exec_id = f"podres-{time.monotonic_ns()}"
+    done = drivers.node.containerd.ctr(
+        "tasks", "exec", "--exec-id", exec_id, container,
+        PYTHON, "-c", code, root, namespace, name, uid,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_kubelet_still_lists_a_claim_its_tenant_deleted_under_a_running_pod(
+    node_drivers: Drivers, ns: str
+) -> None:
+    """A tenant can remove their claim's finalizer and delete it while their pod runs. Reconcile
+    releases a claim the API server no longer has unless something still uses it: every driver
+    asks the kubelet's pod resources list (common/runtime/podresources.py), which keeps naming
+    the pod's container with the claim from the kubelet's own record. Read here by each driver's
+    own code inside its own container, through the DaemonSet's mount. Deleting the pod then
+    releases the claim (the kubelet unprepares it from that record), and the list lets go."""
+    node = node_drivers.node
+    w = started(node_drivers, ns, "gone")
+    claims = api_resource(node.cp.dynamic, "ResourceClaim")
+    obj = claims.get(name=w.name, namespace=ns).to_dict()
+    assert obj["metadata"].get("finalizers"), obj["metadata"]  # the controller's delete protection
+    obj["metadata"]["finalizers"] = []
+    claims.replace(body=obj, namespace=ns)
+    claims.delete(name=w.name, namespace=ns)
+
+    def claim_gone() -> bool:
+        try:
+            claims.get(name=w.name, namespace=ns)
+        except ApiException as e:
+            return e.status == 404
+        return False
+
+    wait_until("the claim is gone from the API server", claim_gone, 60, alive=node._alive)
+    for kind in KINDS:
+        said = _kubelet_says(node_drivers, kind, ns, w.name, w.claim_uid)
+        assert said == f"the kubelet lists container {ns}/{w.name}/main with it", (kind, said)
+    w.assert_intact()
+    assert w.held_by() == ONCE
+    w.delete()
+    w.assert_released()
+    for kind in KINDS:
+        assert _kubelet_says(node_drivers, kind, ns, w.name, w.claim_uid) == "", kind

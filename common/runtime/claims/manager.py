@@ -106,6 +106,7 @@ class ClaimManager:
         pools: Sequence[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         devices: Callable[[], Sequence[Device]] | None = None,
+        kubelet_users: Callable[[Sequence[ClaimRef]], Mapping[str, str]] | None = None,
     ) -> None:
         if cdi_writer.kind != cdi_kind(driver.name):
             raise ValueError(f"CDI writer kind {cdi_writer.kind!r} is not {cdi_kind(driver.name)!r}")
@@ -137,6 +138,9 @@ class ClaimManager:
         self._stop = threading.Event()
         self._reconciler: threading.Thread | None = None
         self._judge = Judge(claim_source, driver.name, self._log)
+        # who the kubelet says uses each claim (podresources.KubeletPods.in_use, by UID), asked
+        # once a round, outside the lock, about the claims reconcile would release
+        self._kubelet_users = kubelet_users
         self._metrics.prepared(self._count_completed)
 
     @classmethod
@@ -590,16 +594,25 @@ class ClaimManager:
 
     # --- reconcile ----------------------------------------------------------------------------
 
-    def _in_use(self, rec: ClaimRecord) -> str:
-        """What the driver sees using the claim on this node ("" for nothing, or a driver that
-        cannot tell: driver.SeesUse)."""
+    def _in_use(self, rec: ClaimRecord, kubelet: Mapping[str, str]) -> str:
+        """What uses the claim on this node as the driver sees it (driver.SeesUse), else as the
+        kubelet lists it (`kubelet`, _ask_kubelet); "" for nothing, or nobody who can tell."""
         sees = getattr(self.driver, "in_use", None)
-        if sees is None:
-            return ""
         try:
-            return str(sees(rec.claim, rec.known_preparation()) or "")
+            using = str(sees(rec.claim, rec.known_preparation()) or "") if sees is not None else ""
         except Exception as e:  # a driver's look failing must not release what a pod holds
             return f"the driver could not tell whether a pod uses it ({e})"
+        return using or kubelet.get(rec.claim.uid, "")
+
+    def _ask_kubelet(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
+        """The kubelet's word on each claim (by UID); asked without the lock, so a slow kubelet
+        never holds up prepare."""
+        if self._kubelet_users is None or not claims:
+            return {}
+        try:
+            return self._kubelet_users(claims)
+        except Exception as e:  # not knowing must not release what a pod holds
+            return {c.uid: f"the kubelet could not tell whether a pod uses it ({e})" for c in claims}
 
     def reconcile(self) -> ReconcileReport:
         """Unprepare claims that are gone or no longer allocated to this node (reconcile.py);
@@ -614,13 +627,14 @@ class ClaimManager:
         report = ReconcileReport(unprepared=[], kept=[], unreachable=False)
         stale = self._judge.round(snapshot, report)
         if stale:
+            kubelet = self._ask_kubelet([old.claim for old, _ in stale])
             with self._serialized():
                 for old, reason in stale:
                     claim: ClaimRef = old.claim
                     if self._records.get(claim.uid) is not old:
                         self._judge.forget(claim.uid)
                         continue  # changed meanwhile (unprepared or re-prepared): leave it
-                    using = self._in_use(old)
+                    using = self._in_use(old, kubelet)
                     if using:  # asked again next round, until the pod is gone
                         self._log.warning(
                             f"reconcile: {label(claim)} is {reason}, but {using}: kept until it stops",

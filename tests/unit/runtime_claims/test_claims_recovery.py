@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +217,44 @@ def test_reconcile_keeps_a_deleted_claim_while_the_driver_sees_a_pod_use_it(
     del users[gone.uid]  # the pod is gone
     assert m.reconcile().unprepared == [gone.uid]
     assert d.holdings() == {}
+
+
+def test_reconcile_keeps_a_deleted_claim_while_the_kubelet_lists_a_container_with_it(
+    make_manager: ManagerFactory, claim_store: MemoryClaimStore, dirs: dict[str, Path]
+) -> None:
+    """The same for a driver that sees no use itself (the accelerator driver): the kubelet's pod
+    resources list (common/runtime/podresources.py) says which containers were given the claim.
+    While it names one, or cannot be asked, the claim is kept; once it names none, released.
+    The kubelet's answer is given here as its text; the socket is tested in
+    tests/unit/runtime_grpc/test_podresources.py and with the real kubelet in tests/node."""
+    gone = put(claim_store, "gone", "dev-0")
+    kubelet: dict[tuple[str, str], str] = {
+        ("ns1", "gone"): "the kubelet lists container ns1/pod/main with it"
+    }
+    asked: list[str] = []
+
+    def kubelet_users(claims: Sequence[ClaimRef]) -> dict[str, str]:
+        asked.extend(c.uid for c in claims)
+        if "fail" in kubelet.values():
+            raise ConnectionRefusedError("kubelet.sock")
+        return {c.uid: kubelet.get((c.namespace, c.name), "") for c in claims}
+
+    d = HoldDriver(dirs["hw"])
+    m = make_manager(d, kubelet_users=kubelet_users)
+    assert not m.prepare([gone])[gone.uid].error
+    claim_store.delete("ns1", "gone")
+    assert m.reconcile().suspected == [gone.uid]
+    assert asked == []  # asked only about a claim reconcile would release
+    for _ in range(2):
+        report = m.reconcile()
+        assert report.unprepared == [] and report.kept == [gone.uid]
+    kubelet[("ns1", "gone")] = "fail"
+    assert m.reconcile().kept == [gone.uid]
+    assert d.holdings() == {"dev-0": gone.uid}
+    del kubelet[("ns1", "gone")]  # the pod ended
+    assert m.reconcile().unprepared == [gone.uid]
+    assert d.holdings() == {}
+    assert asked == [gone.uid] * 4
 
 
 def test_reconcile_keeps_everything_while_the_api_is_unreachable(

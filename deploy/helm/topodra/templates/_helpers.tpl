@@ -106,6 +106,10 @@ tolerations:
   mountPath: {{ .root.Values.kubeletRootDir }}/plugins_registry
 - name: plugin-dir
   mountPath: {{ .root.Values.kubeletRootDir }}/plugins/{{ .kind }}.topodra.io
+# the kubelet's pod resources socket: which containers use a claim reconcile would release
+- name: pod-resources
+  mountPath: {{ .root.Values.kubeletRootDir }}/pod-resources
+  readOnly: true
 - name: cdi
   mountPath: {{ .root.Values.cdiRoot }}
 - name: sys
@@ -121,6 +125,10 @@ tolerations:
 - name: plugin-dir
   hostPath:
     path: {{ .root.Values.kubeletRootDir }}/plugins/{{ .kind }}.topodra.io
+    type: DirectoryOrCreate
+- name: pod-resources
+  hostPath:
+    path: {{ .root.Values.kubeletRootDir }}/pod-resources
     type: DirectoryOrCreate
 - name: cdi
   hostPath:
