@@ -107,7 +107,19 @@ def run(args: Sequence[str], netns: str | None = None, *, limit: int | None = No
 
 
 def links(netns: str | None = None) -> list[Link]:
-    out = run(["-d", "-j", "link", "show"], netns)
+    return _parse(run(["-d", "-j", "link", "show"], netns))
+
+
+def link(name: str) -> Link | None:
+    """One link of our namespace by name; None when there is none (or `ip` cannot say)."""
+    try:
+        found = _parse(run(["-d", "-j", "link", "show", "dev", name]))
+    except IpError:
+        return None
+    return found[0] if found else None
+
+
+def _parse(out: str) -> list[Link]:
     data = json.loads(out or "[]")
     result = []
     for e in data:

@@ -49,6 +49,10 @@ class Attachment:
     share_id: str | None = None
     ips: tuple[str, ...] = ()
     link_up: bool = True
+    # the address the port was made with, as `ip` showed it at prepare: "" where it showed none
+    # (the MAC then was the port's own, or it has none), None where it was not asked (a virtual
+    # interface, a synthetic machine, a checkpoint of an older driver)
+    perm_mac: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -71,6 +75,7 @@ class Attachment:
             share_id=data.get("share_id"),
             ips=tuple(data.get("ips") or ()),
             link_up=bool(data.get("link_up", True)),
+            perm_mac=data.get("perm_mac"),
         )
 
 
@@ -88,6 +93,21 @@ def _usable_mac(mac: str | None) -> str | None:
     return mac if mac and mac != "00:00:00:00:00:00" else None
 
 
+def _made_with(att: Attachment) -> str | None:
+    """The address the claim's port was made with, when prepare asked; None otherwise."""
+    if att.perm_mac is None:
+        return None
+    mac = att.perm_mac or _usable_mac(att.mac)
+    return mac.lower() if mac else None
+
+
+def _foreign(link: iplink.Link, att: Attachment) -> bool:
+    """The link was made with another address than the claim's port: another port, whatever
+    MAC and name a pod gave it."""
+    made_with = _made_with(att)
+    return made_with is not None and link.perm_mac is not None and link.perm_mac != made_with
+
+
 def locate(att: Attachment, sysfs_root: str = "/") -> Where:
     """Find the interface: host first (it may already be back), then the pin.
 
@@ -101,8 +121,8 @@ def locate(att: Attachment, sysfs_root: str = "/") -> Where:
         # sysfs names the function's netdevs, netlink must show them too: a sysfs root that is
         # not the host's own (--sysfs-root at a synthetic or captured machine) keeps naming an
         # interface that has moved into a pod, and trusting it would drop the pin holding it.
-        mine = [link for link in host_links if link.name in listed]
-        link = _with_mac(mine, mac) if mac else None
+        mine = [link for link in host_links if link.name in listed and not _foreign(link, att)]
+        link = _with_mac(mine, _made_with(att) or mac) if mac else None
         link = link or iplink.find(mine, name=att.host_name)
         if link is not None:
             return Where("host", link.name)
@@ -152,12 +172,17 @@ def in_pod(
     mac = _usable_mac(att.mac)
     mac = mac.lower() if mac else None
     physical = devices is not None
-    candidates = [link for link in inside if link.parent in devices] if devices is not None else inside
+    candidates = (
+        [link for link in inside if link.parent in devices and not _foreign(link, att)]
+        if devices is not None
+        else inside
+    )
     ranked = [[link for link in candidates if mac and link.mac == mac and link.name == att.container_name]]
     if mac:
         ranked.append([link for link in candidates if link.mac == mac])
     if physical and mac:  # the pod changed the MAC; the port's own address is still the one
-        ranked.append([link for link in candidates if link.perm_mac == mac])
+        made_with = _made_with(att) or mac
+        ranked.append([link for link in candidates if link.perm_mac == made_with])
     if physical or not mac:
         ranked.append([link for link in candidates if link.name == att.container_name])
     if physical and len(candidates) == 1:
@@ -246,15 +271,17 @@ def restore_mac(att: Attachment, sysfs_root: str = "/") -> str:
     included, and the next claim of the NIC would get it. Fails closed (ReleaseError: the claim
     stays prepared and is retried) rather than hand the NIC on with the pod's MAC. For a NIC
     only: a virtual interface comes home by its MAC or not at all, and one found by name may be
-    another made since. Nothing is done for an interface netlink does not show (a synthetic
-    machine's word), nor, under a synthetic machine's tree, for one of this host's own devices:
-    virtual links stand in for its NICs, and a name it shares with the host's (eth0) is no
-    proof."""
+    another made since. Nothing is done to an interface that is not shown to be the claim's
+    port: one netlink does not show (a synthetic machine's word), one made with another address
+    (another port, named as the claim's), one the kernel shows on another device than the
+    claim's function, or, under a synthetic machine's tree, anything but a veth (the stand-ins
+    the tests and the node tier make; a name the tree shares with a device or bridge of this
+    host, such as eth0, is no proof)."""
     mac = _usable_mac(att.mac)
     link = iplink.find(iplink.links(), name=att.host_name) if mac else None
-    if mac is None or link is None or link.mac is None or link.mac == mac.lower():
+    if mac is None or link is None or link.mac is None or link.mac == mac.lower() or _foreign(link, att):
         return ""
-    if link.kind is None and not hostfiles.is_this_host(sysfs_root):
+    if not _shown_to_be_the_port(att, link, sysfs_root):
         return ""
     try:
         iplink.run(["link", "set", "dev", att.host_name, "address", mac])
@@ -265,6 +292,15 @@ def restore_mac(att: Attachment, sysfs_root: str = "/") -> str:
         ) from e
     _log.info(f"set the MAC of {att.host_name} back from {link.mac} to {mac}", device=att.device)
     return f"; its MAC {link.mac} set back to {mac}"
+
+
+def _shown_to_be_the_port(att: Attachment, link: iplink.Link, sysfs_root: str) -> bool:
+    """restore_mac's device check, beyond the address the port was made with."""
+    if not hostfiles.is_this_host(sysfs_root):
+        return link.kind == "veth"
+    if att.pci_address and iplink.parents_reported():
+        return link.parent in iplink.function_devices(sysfs_root, att.pci_address)
+    return True
 
 
 def _name_taken(name: str, mac: str | None) -> bool:

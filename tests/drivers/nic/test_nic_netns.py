@@ -18,7 +18,16 @@ import pytest
 from topodra.common.hostnet import iplink
 from topodra.common.runtime.driver import ClaimRef
 from topodra.drivers.nic import hookfiles
-from topodra.drivers.nic.attach import Attachment, ReleaseError, Where, in_pod, in_use, locate, release
+from topodra.drivers.nic.attach import (
+    Attachment,
+    ReleaseError,
+    Where,
+    in_pod,
+    in_use,
+    locate,
+    release,
+    restore_mac,
+)
 
 from tests.drivers.nic.conftest import Links, host_link, netns_links, process_in
 
@@ -336,16 +345,21 @@ def test_release_sets_back_the_mac_the_nic_had_at_prepare(links: Links, tmp_path
     assert release(att, str(root)) == "already on the host"  # nothing left to do
 
 
+@pytest.mark.parametrize("name", ["lo", "br-x"])
 def test_under_a_synthetic_tree_a_device_of_this_host_is_never_given_the_nics_mac(
-    links: Links, tmp_path: Path
+    links: Links, tmp_path: Path, name: str
 ) -> None:
-    """A synthetic machine's NIC may share its name with one of this host's own devices (eth0,
-    here lo in a namespace of its own): release must not set that device's MAC. Run in the
-    namespace, where lo is the only device and is no stand-in."""
+    """A synthetic machine's NIC may share its name with one of this host's own devices or
+    bridges (eth0): release must not set its MAC. Only veths, which the tests and the node tier
+    make to stand in for the tree's NICs, are. Run in a namespace of its own, where lo (a device)
+    and a bridge stand for the host's."""
     ns = links.netns("s")
+    subprocess.run(["ip", "-n", ns, "link", "add", "br-x", "type", "bridge"], check=True)
+    before = json.loads(subprocess.run(["ip", "-n", ns, "-j", "link", "show", name], capture_output=True,
+                                       text=True, check=True).stdout)[0]["address"]  # fmt: skip
     root = tmp_path / "tree"
-    (root / "sys/bus/pci/devices" / PCI / "net/lo").mkdir(parents=True)
-    att = physical(attachment(links, tmp_path / "state", "lo", "02:00:00:00:00:77", "net1"))
+    (root / "sys/bus/pci/devices" / PCI / "net" / name).mkdir(parents=True)
+    att = physical(attachment(links, tmp_path / "state", name, "02:00:00:00:00:77", "net1"))
     script = (
         "import json, sys; from topodra.drivers.nic.attach import Attachment, release; "
         "print(release(Attachment.from_json(json.loads(sys.argv[1])), sys.argv[2]))"
@@ -356,9 +370,9 @@ def test_under_a_synthetic_tree_a_device_of_this_host_is_never_given_the_nics_ma
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "already on the host"
-    lo = json.loads(subprocess.run(["ip", "-n", ns, "-j", "link", "show", "lo"], capture_output=True,
-                                   text=True, check=True).stdout)[0]  # fmt: skip
-    assert lo["address"] == "00:00:00:00:00:00"
+    after = json.loads(subprocess.run(["ip", "-n", ns, "-j", "link", "show", name], capture_output=True,
+                                      text=True, check=True).stdout)[0]["address"]  # fmt: skip
+    assert after == before
 
 
 def test_unprepare_finds_a_port_by_the_address_it_was_made_with(
@@ -379,6 +393,56 @@ def test_unprepare_finds_a_port_by_the_address_it_was_made_with(
     att = Attachment("pci-0000-04-00-0", "nic", "node-a", "ens1f0", "net1", mac, PCI, virtual=False,
                      mode="hook", pin=str(tmp_path / "none"))  # fmt: skip
     assert locate(att, str(tmp_path)) == Where("host", "eth7")  # not the sibling the tree lists first
+
+
+def test_unprepare_never_takes_a_sibling_port_a_pod_renamed_and_re_maced_as_the_claims(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two ports of one function, each in a pod. Pod A names its port as B's port is named on
+    the host and gives it B's MAC; its namespace dies and the kernel gives the port back under
+    that name. B's unprepare must not take it for B's port (and set B's MAC on it): prepare
+    recorded that B's port showed no other address than its MAC, and this one was made with
+    another. The host's links and the function's netdevs are given as `ip` and sysfs show them
+    on such a machine: no device here has a permanent address."""
+    b_mac, a_made_with = "0c:42:a1:00:00:02", "0c:42:a1:00:00:01"
+    intruder = iplink.Link("ens1f1", 4, b_mac, "down", (), None, ("pci", PCI), perm_mac=a_made_with)
+    monkeypatch.setattr(iplink, "links", lambda netns=None: [intruder])
+    monkeypatch.setattr(iplink, "pci_netdevs", lambda root, address: ["ens1f1"])
+    b = Attachment("pci-0000-04-00-0", "nic", "node-a", "ens1f1", "net1", b_mac, PCI, virtual=False,
+                   mode="hook", pin="/nonexistent/pin", perm_mac="")  # fmt: skip
+    assert Attachment.from_json(b.to_json()) == b
+    assert locate(b, "/") == Where("gone")  # unprepare fails and is retried; B's port is in its pin
+    # a checkpoint of an older driver did not ask: the MAC is all there is, as before
+    assert locate(dataclasses.replace(b, perm_mac=None), "/") == Where("host", "ens1f1")
+    # in a pod's namespace the same: the port made with another address is not the claim's
+    devices = frozenset({("pci", PCI)})
+    ours = iplink.Link("eth9", 5, "02:00:00:00:00:07", "up", ("UP",), None, ("pci", PCI), perm_mac=b_mac)
+    copy_of_ours = dataclasses.replace(intruder, name="net1", ifindex=2)
+    assert in_pod(b, [copy_of_ours, ours], devices) is ours
+
+
+def test_a_mac_is_set_back_only_on_a_link_the_kernel_shows_on_the_claims_function(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by its name alone (a virtio-net NIC has no net/ folder to look in), the interface
+    may be another the pod renamed: where the kernel names devices, the MAC is set back only on
+    a link over the claim's function. The host's links are given as `ip` shows them on such a
+    machine (no PCI NIC here can be moved)."""
+    att = Attachment("pci-0000-04-00-0", "nic", "node-a", "ens5", "net1", "52:54:00:00:00:05", PCI,
+                     virtual=False, mode="hook", pin="/nonexistent/pin", perm_mac="")  # fmt: skip
+    other = iplink.Link("ens5", 7, "02:00:00:00:00:07", "down", (), None, ("virtio", "virtio9"))
+    ran: list[list[str]] = []
+    monkeypatch.setattr(iplink, "links", lambda netns=None: [other])
+    monkeypatch.setattr(iplink, "parents_reported", lambda: True)
+    monkeypatch.setattr(
+        iplink, "function_devices", lambda root, a: frozenset({("pci", PCI), ("virtio", "virtio2")})
+    )
+    monkeypatch.setattr(iplink, "run", lambda args, netns=None, **kw: ran.append(list(args)) or "")
+    assert restore_mac(att, "/") == "" and ran == []
+    ours = dataclasses.replace(other, parent=("virtio", "virtio2"))
+    monkeypatch.setattr(iplink, "links", lambda netns=None: [ours])
+    assert restore_mac(att, "/") == f"; its MAC 02:00:00:00:00:07 set back to {att.mac}"
+    assert ran == [["link", "set", "dev", "ens5", "address", att.mac]]
 
 
 def test_the_address_a_link_was_made_with_is_read_from_ip(monkeypatch: pytest.MonkeyPatch) -> None:
