@@ -459,6 +459,16 @@ def test_the_address_a_link_was_made_with_is_read_from_ip(monkeypatch: pytest.Mo
     ]
 
 
+def test_one_link_is_read_by_name(links: Links) -> None:
+    """What prepare asks about the NIC it hands out (iplink.link): its MAC, and no permaddr on a
+    veth, whose address is random; nothing for a name no link has."""
+    host = links.name("h3")
+    mac = links.veth(host, links.name("q3"), links.netns("p"))
+    link = iplink.link(host)
+    assert link is not None and (link.name, link.mac, link.perm_mac, link.kind) == (host, mac, None, "veth")
+    assert iplink.link(links.name("nx")) is None
+
+
 def test_release_refuses_to_take_a_name_another_interface_holds(links: Links, tmp_path: Path) -> None:
     peer_ns = links.netns("p")
     host, peer = links.name("h0"), links.name("q0")
