@@ -85,13 +85,19 @@ class QueuedStatusWriter:
             return self._cv.wait_for(lambda: self._busy == 0, timeout)
 
     def close(self) -> None:
-        """Stop the thread; writes still queued are dropped."""
+        """Stop the thread; writes still queued, and any asked for from now on, are dropped."""
         with self._cv:
             self._closed = True
+            self._busy -= sum(len(lane.writes) for lane in self._lanes.values())
+            self._lanes.clear()
+            self._due.clear()
             self._cv.notify_all()
 
     def _put(self, claim: ClaimRef, call: Callable[[], None]) -> None:
         with self._cv:
+            if self._closed:  # nobody would write it, and flush() would wait for it
+                _log.warning(f"status of {describe_claim(claim)} not written: stopping", **logs.claim(claim))
+                return
             self._busy += 1
             lane = self._lanes.get(claim.uid)
             if lane is None:
@@ -133,6 +139,8 @@ class QueuedStatusWriter:
             except Exception:
                 _log.exception(f"status write of {describe_claim(claim)} crashed", **logs.claim(claim))
             with self._cv:
+                if self._closed:  # close() dropped this lane, the write just made included
+                    return
                 if failed:
                     delay = min(self._backoff * 2**lane.failures, self._max_backoff)
                     lane.failures += 1

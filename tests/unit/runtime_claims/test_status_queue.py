@@ -151,3 +151,18 @@ def test_lanes_take_turns() -> None:
         assert [c for c, _ in api.calls] == ["busy", "busy", "other", "busy", "busy"]
     finally:
         queued.close()
+
+
+def test_after_close_nothing_is_queued_and_flush_does_not_wait() -> None:
+    writer = Writer()
+    writer.gate.clear()  # one write in flight when the queue closes, one queued behind it
+    queued = QueuedStatusWriter(writer)
+    queued.set_devices(CLAIM, [AllocatedDeviceStatus("pool", "dev-0")])
+    queued.set_devices(ClaimRef("ns", "d", "uid-2"), [AllocatedDeviceStatus("pool", "dev-1")])
+    queued.close()
+    queued.set_devices(CLAIM, [AllocatedDeviceStatus("pool", "dev-2")])
+    assert queued.flush(0.5)
+    writer.gate.set()
+    queued._thread.join(10)
+    assert not queued._thread.is_alive()
+    assert writer.calls in ([], [("set", 1)])  # at most the write that was in flight
