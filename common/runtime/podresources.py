@@ -21,11 +21,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from google.protobuf.message import DecodeError
 from topodra.common.runtime import grpcclient
 from topodra.common.runtime.driver import ClaimRef
-from topodra.proto.podresources.v1 import api_pb2 as pb
+
+if TYPE_CHECKING:
+    from topodra.proto.podresources.v1 import api_pb2 as pb
 
 SOCKET = "pod-resources/kubelet.sock"  # under the kubelet's root folder
 LIST = "/v1.PodResourcesLister/List"
@@ -59,6 +62,9 @@ class KubeletPods:
             raw = grpcclient.call(str(self.path), LIST, b"", timeout=self._timeout)
         except FileNotFoundError:
             raise OSError(f"{self.path} is missing (is the kubelet restarting?)") from None
+        # loaded on the first question (a claim reconcile would release), not by every driver
+        from topodra.proto.podresources.v1 import api_pb2 as pb
+
         try:
             return claim_users(pb.ListPodResourcesResponse.FromString(raw))
         except DecodeError as e:
