@@ -119,6 +119,24 @@ def link(name: str) -> Link | None:
     return found[0] if found else None
 
 
+def made_with(link: Link, sysfs_root: str | None = None) -> str | None:
+    """The address the link was made with, where that is known: the permaddr `ip` shows (only
+    where it differs from the MAC), else, for a link of our own namespace whose sysfs (under
+    `sysfs_root`, the host's) says its MAC is still the one it was made with (addr_assign_type
+    0, NET_ADDR_PERM), its MAC. None for a random or changed address with no permaddr, and in a
+    pod's namespace, whose sysfs we do not see."""
+    if link.perm_mac:
+        return link.perm_mac
+    if sysfs_root is None or link.mac is None:
+        return None
+    try:
+        with open(os.path.join(sysfs_root, "sys/class/net", link.name, "addr_assign_type")) as f:
+            kind = f.read(16).strip()
+    except OSError:
+        return None
+    return link.mac if kind == "0" else None
+
+
 def _parse(out: str) -> list[Link]:
     data = json.loads(out or "[]")
     result = []

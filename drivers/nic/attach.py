@@ -49,9 +49,9 @@ class Attachment:
     share_id: str | None = None
     ips: tuple[str, ...] = ()
     link_up: bool = True
-    # the address the port was made with, as `ip` showed it at prepare: "" where it showed none
-    # (the MAC then was the port's own, or it has none), None where it was not asked (a virtual
-    # interface, a synthetic machine, a checkpoint of an older driver)
+    # the address the port was made with, where prepare could tell (recorded_made_with); None
+    # where it could not (no permanent address, a virtual interface, a synthetic machine, a
+    # checkpoint of an older driver): then nothing is checked against it
     perm_mac: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -94,18 +94,32 @@ def _usable_mac(mac: str | None) -> str | None:
 
 
 def _made_with(att: Attachment) -> str | None:
-    """The address the claim's port was made with, when prepare asked; None otherwise."""
-    if att.perm_mac is None:
-        return None
-    mac = att.perm_mac or _usable_mac(att.mac)
-    return mac.lower() if mac else None
+    """The address the claim's port was made with, where prepare could tell."""
+    return att.perm_mac.lower() if att.perm_mac else None
 
 
-def _foreign(link: iplink.Link, att: Attachment) -> bool:
+def _foreign(link: iplink.Link, att: Attachment, host_sysfs: str | None = None) -> bool:
     """The link was made with another address than the claim's port: another port, whatever
-    MAC and name a pod gave it."""
-    made_with = _made_with(att)
-    return made_with is not None and link.perm_mac is not None and link.perm_mac != made_with
+    MAC and name a pod gave it. `host_sysfs`: the host's sysfs root, for a link of the host's
+    namespace (iplink.made_with)."""
+    ours = _made_with(att)
+    theirs = iplink.made_with(link, host_sysfs) if ours is not None else None
+    return ours is not None and theirs is not None and theirs != ours
+
+
+def recorded_made_with(att: Attachment, sysfs_root: str) -> str | None:
+    """What prepare records as `perm_mac`: the address the NIC's port was made with, read from
+    the same answer that shows the port now carries the MAC the claim was given, and over the
+    claim's PCI function where the kernel names devices. None where that is not all shown."""
+    mac = _usable_mac(att.mac)
+    if not mac or not att.pci_address or att.virtual or not hostfiles.is_this_host(sysfs_root):
+        return None
+    link = iplink.link(att.host_name)
+    if link is None or link.mac != mac.lower():
+        return None
+    if iplink.parents_reported() and link.parent not in iplink.function_devices(sysfs_root, att.pci_address):
+        return None
+    return iplink.made_with(link, sysfs_root)
 
 
 def locate(att: Attachment, sysfs_root: str = "/") -> Where:
@@ -121,7 +135,8 @@ def locate(att: Attachment, sysfs_root: str = "/") -> Where:
         # sysfs names the function's netdevs, netlink must show them too: a sysfs root that is
         # not the host's own (--sysfs-root at a synthetic or captured machine) keeps naming an
         # interface that has moved into a pod, and trusting it would drop the pin holding it.
-        mine = [link for link in host_links if link.name in listed and not _foreign(link, att)]
+        host_sysfs = sysfs_root if hostfiles.is_this_host(sysfs_root) else None
+        mine = [link for link in host_links if link.name in listed and not _foreign(link, att, host_sysfs)]
         link = _with_mac(mine, _made_with(att) or mac) if mac else None
         link = link or iplink.find(mine, name=att.host_name)
         if link is not None:
@@ -279,7 +294,9 @@ def restore_mac(att: Attachment, sysfs_root: str = "/") -> str:
     host, such as eth0, is no proof)."""
     mac = _usable_mac(att.mac)
     link = iplink.find(iplink.links(), name=att.host_name) if mac else None
-    if mac is None or link is None or link.mac is None or link.mac == mac.lower() or _foreign(link, att):
+    if mac is None or link is None or link.mac is None or link.mac == mac.lower():
+        return ""
+    if _foreign(link, att, sysfs_root if hostfiles.is_this_host(sysfs_root) else None):
         return ""
     if not _shown_to_be_the_port(att, link, sysfs_root):
         return ""

@@ -41,7 +41,6 @@ from topodra.common.runtime.driver import (
     Scan,
 )
 from topodra.common.topology import discover
-from topodra.common.topology.hostfiles import is_this_host
 from topodra.common.topology.model import Topology
 from topodra.drivers.nic import attach, config, edits, health, hookfiles
 from topodra.drivers.nic.attach import Attachment, ReleaseError
@@ -245,13 +244,11 @@ class NicDriver:
                 raise PrepareError(f"{describe_claim(claim)}: {why}")
         cfg = config.for_request(claim, configs, r.request)
         att = edits.attachment(claim, r, nic, cfg, self.options.netdev_mode, self.options.state_dir)
-        physical = att.pci_address and not att.virtual and att.mode != "none"
-        if physical and is_this_host(self.options.sysfs_root):
-            # what the port was made with tells it from a sibling port a pod renamed and re-MACed
-            # (attach.py); `ip` shows it only where it differs from the MAC, so "" is an answer
-            link = iplink.link(att.host_name)
-            if link is not None:
-                att = dataclasses.replace(att, perm_mac=link.perm_mac or "")
+        if att.mode != "none":
+            # what the port was made with tells it from a sibling port a pod renamed (attach.py)
+            made_with = attach.recorded_made_with(att, self.options.sysfs_root)
+            if made_with is not None:
+                att = dataclasses.replace(att, perm_mac=made_with)
         return att
 
     def _hand_out(self, claim: ClaimRef, att: Attachment, nic: Nic) -> None:

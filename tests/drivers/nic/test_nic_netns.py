@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from topodra.common.hostnet import iplink
 from topodra.common.runtime.driver import ClaimRef
+from topodra.common.topology import hostfiles
 from topodra.drivers.nic import hookfiles
 from topodra.drivers.nic.attach import (
     Attachment,
@@ -25,6 +26,7 @@ from topodra.drivers.nic.attach import (
     in_pod,
     in_use,
     locate,
+    recorded_made_with,
     release,
     restore_mac,
 )
@@ -395,30 +397,85 @@ def test_unprepare_finds_a_port_by_the_address_it_was_made_with(
     assert locate(att, str(tmp_path)) == Where("host", "eth7")  # not the sibling the tree lists first
 
 
+def host_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *links: iplink.Link) -> str:
+    """A folder tree standing in for the sysfs of a host with a two-port NIC at PCI: the host's
+    netlink shows `links` (no device here has a permanent address, and no PCI NIC can be moved),
+    sysfs lists them under the function and says which carry the address they were made with
+    (addr_assign_type 0: a link given no perm_mac whose MAC ends in 0, here)."""
+    for link in links:
+        (tmp_path / "sys/bus/pci/devices" / PCI / "net" / link.name).mkdir(parents=True)
+        cls = tmp_path / "sys/class/net" / link.name
+        cls.mkdir(parents=True)
+        own = link.perm_mac is None and (link.mac or "").endswith("0")
+        (cls / "addr_assign_type").write_text("0\n" if own else "3\n")
+    monkeypatch.setattr(iplink, "links", lambda netns=None: list(links))
+    monkeypatch.setattr(hostfiles, "is_this_host", lambda root: True)
+    monkeypatch.setattr(iplink, "parents_reported", lambda: True)
+    return str(tmp_path)
+
+
+B_MAC, A_MAC = "0c:42:a1:00:00:20", "0c:42:a1:00:00:10"  # the two ports' own addresses
+
+
+def b_attachment(**changes: Any) -> Attachment:
+    att = Attachment("pci-0000-04-00-0", "nic", "node-a", "ens1f1", "net1", B_MAC, PCI, virtual=False,
+                     mode="hook", pin="/nonexistent/pin", perm_mac=B_MAC)  # fmt: skip
+    return dataclasses.replace(att, **changes)
+
+
 def test_unprepare_never_takes_a_sibling_port_a_pod_renamed_and_re_maced_as_the_claims(
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two ports of one function, each in a pod. Pod A names its port as B's port is named on
     the host and gives it B's MAC; its namespace dies and the kernel gives the port back under
     that name. B's unprepare must not take it for B's port (and set B's MAC on it): prepare
-    recorded that B's port showed no other address than its MAC, and this one was made with
-    another. The host's links and the function's netdevs are given as `ip` and sysfs show them
-    on such a machine: no device here has a permanent address."""
-    b_mac, a_made_with = "0c:42:a1:00:00:02", "0c:42:a1:00:00:01"
-    intruder = iplink.Link("ens1f1", 4, b_mac, "down", (), None, ("pci", PCI), perm_mac=a_made_with)
-    monkeypatch.setattr(iplink, "links", lambda netns=None: [intruder])
-    monkeypatch.setattr(iplink, "pci_netdevs", lambda root, address: ["ens1f1"])
-    b = Attachment("pci-0000-04-00-0", "nic", "node-a", "ens1f1", "net1", b_mac, PCI, virtual=False,
-                   mode="hook", pin="/nonexistent/pin", perm_mac="")  # fmt: skip
+    recorded what B's port was made with, and this one was made with another."""
+    intruder = iplink.Link("ens1f1", 4, B_MAC, "down", (), None, ("pci", PCI), perm_mac=A_MAC)
+    root = host_tree(tmp_path, monkeypatch, intruder)
+    b = b_attachment()
     assert Attachment.from_json(b.to_json()) == b
-    assert locate(b, "/") == Where("gone")  # unprepare fails and is retried; B's port is in its pin
-    # a checkpoint of an older driver did not ask: the MAC is all there is, as before
-    assert locate(dataclasses.replace(b, perm_mac=None), "/") == Where("host", "ens1f1")
+    assert locate(b, root) == Where("gone")  # unprepare fails and is retried; B's port is in its pin
+    # a checkpoint of an older driver did not record it: the MAC is all there is, as before
+    assert locate(dataclasses.replace(b, perm_mac=None), root) == Where("host", "ens1f1")
     # in a pod's namespace the same: the port made with another address is not the claim's
     devices = frozenset({("pci", PCI)})
-    ours = iplink.Link("eth9", 5, "02:00:00:00:00:07", "up", ("UP",), None, ("pci", PCI), perm_mac=b_mac)
+    ours = iplink.Link("eth9", 5, "02:00:00:00:00:07", "up", ("UP",), None, ("pci", PCI), perm_mac=B_MAC)
     copy_of_ours = dataclasses.replace(intruder, name="net1", ifindex=2)
     assert in_pod(b, [copy_of_ours, ours], devices) is ours
+
+
+def test_unprepare_never_takes_a_sibling_port_that_kept_its_own_mac(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same with a sibling that kept its own MAC: `ip` shows no permaddr for it, but sysfs
+    says its MAC is the one it was made with, which is not the claim's port's. Neither taken
+    nor given B's MAC."""
+    sibling = iplink.Link("ens1f1", 4, A_MAC, "down", (), None, ("pci", PCI))
+    root = host_tree(tmp_path, monkeypatch, sibling)
+    ran: list[list[str]] = []
+    monkeypatch.setattr(iplink, "run", lambda args, netns=None, **kw: ran.append(list(args)) or "")
+    assert locate(b_attachment(), root) == Where("gone")
+    assert restore_mac(b_attachment(), root) == "" and ran == []
+
+
+def test_prepare_records_what_the_port_was_made_with_only_where_it_is_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the answer that shows the port carries the claim's MAC, over the claim's function:
+    its permaddr, else its MAC where sysfs says it is its own; nothing otherwise."""
+    port = iplink.Link("ens1f1", 4, B_MAC, "up", ("UP",), None, ("pci", PCI))
+    root = host_tree(tmp_path, monkeypatch, port)
+    shown: dict[str, iplink.Link] = {"ens1f1": port}
+    monkeypatch.setattr(iplink, "link", lambda name: shown.get(name))
+    assert recorded_made_with(b_attachment(perm_mac=None), root) == B_MAC
+    shown["ens1f1"] = dataclasses.replace(port, mac="02:00:00:00:00:0e", perm_mac=B_MAC)  # set by an admin
+    assert recorded_made_with(b_attachment(perm_mac=None, mac="02:00:00:00:00:0e"), root) == B_MAC
+    assert recorded_made_with(b_attachment(perm_mac=None, mac=A_MAC), root) is None  # not the MAC shown
+    shown["ens1f1"] = dataclasses.replace(port, parent=("pci", "0000:99:00.0"))  # another device's link
+    assert recorded_made_with(b_attachment(perm_mac=None), root) is None
+    shown["ens1f1"] = dataclasses.replace(port, mac="02:00:00:00:00:0f")  # a random address
+    (tmp_path / "sys/class/net/ens1f1/addr_assign_type").write_text("1\n")
+    assert recorded_made_with(b_attachment(perm_mac=None, mac="02:00:00:00:00:0f"), root) is None
 
 
 def test_a_mac_is_set_back_only_on_a_link_the_kernel_shows_on_the_claims_function(
