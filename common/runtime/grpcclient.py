@@ -83,6 +83,8 @@ def _unpad(flags: int, payload: bytes, kind: int) -> bytes:
             raise CallError("a frame's padding is longer than the frame")
         payload = payload[1 : len(payload) - payload[0]]
     if kind == frames.HEADERS and flags & frames.PRIORITY_FLAG:
+        if len(payload) < 5:
+            raise CallError("a HEADERS frame too short for its priority fields")
         payload = payload[5:]
     return payload
 
@@ -92,12 +94,15 @@ def _answer(r: _Reader, method: str, limit: int) -> bytes:
     data = bytearray()
     fields: dict[str, str] = {}
     block = bytearray()
+    in_block = False  # a HEADERS frame came without END_HEADERS: only its CONTINUATIONs may follow
     ends = False  # the HEADERS frame of the block being read ended the stream
     while True:
         length, kind, flags, stream = frames.parse_header(r.exactly(frames.HEADER_LEN))
         if length > frames.DEFAULT_MAX_FRAME:
             raise CallError(f"a frame of {length} bytes, above the {frames.DEFAULT_MAX_FRAME} we accept")
         payload = r.exactly(length)
+        if in_block and (kind != frames.CONTINUATION or stream != 1):
+            raise CallError("a header block was cut off by another frame")
         if kind == frames.SETTINGS and not flags & frames.ACK:
             r.s.sendall(frames.frame(frames.SETTINGS, frames.ACK, 0))
         elif kind == frames.PING and not flags & frames.ACK:
@@ -110,19 +115,18 @@ def _answer(r: _Reader, method: str, limit: int) -> bytes:
         elif kind == frames.RST_STREAM:
             code = struct.unpack(">I", payload[:4])[0] if len(payload) >= 4 else -1
             raise CallError(f"the peer reset the call (code {code})")
-        elif block and kind != frames.CONTINUATION:
-            raise CallError("a header block was cut off by another frame")
         elif kind in (frames.HEADERS, frames.CONTINUATION):
             if kind == frames.HEADERS:
                 block += _unpad(flags, payload, kind)
                 ends = bool(flags & frames.END_STREAM)  # acted on once the block is whole
-            elif not block:
+            elif not in_block:
                 raise CallError("a CONTINUATION frame without a header block")
             else:
                 block += payload
             if len(block) > 65536:
                 raise CallError("the answer's headers are too large")
-            if flags & frames.END_HEADERS:
+            in_block = not flags & frames.END_HEADERS
+            if not in_block:
                 try:
                     fields.update(decoder.decode(bytes(block)))
                 except hpack.HpackError as e:

@@ -85,7 +85,8 @@ class QueuedStatusWriter:
             return self._cv.wait_for(lambda: self._busy == 0, timeout)
 
     def close(self) -> None:
-        """Stop the thread; writes still queued, and any asked for from now on, are dropped."""
+        """Stop the thread; writes still queued, and any asked for from now on, are dropped (a
+        write in flight may still land; flush() no longer waits for it)."""
         with self._cv:
             self._closed = True
             self._busy -= sum(len(lane.writes) for lane in self._lanes.values())

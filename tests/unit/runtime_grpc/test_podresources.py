@@ -184,3 +184,26 @@ def test_a_header_block_cut_off_by_another_frame_is_an_error(tmp_path: Path) -> 
     with pytest.raises(grpcclient.CallError, match="cut off"):
         grpcclient.call(str(tmp_path / "cut.sock"), LIST, b"", timeout=10)
     t.join(10)
+
+
+def test_a_header_block_may_start_empty_and_nothing_may_come_between_its_frames(tmp_path: Path) -> None:
+    trailers = hpack.encode([("grpc-status", "0")])
+    start = (
+        frames.settings({})
+        + frames.frame(frames.HEADERS, frames.END_HEADERS, 1, hpack.encode([(":status", "200")]))
+        + frames.frame(frames.DATA, 0, 1, b"\x00\x00\x00\x00\x02ok")
+        + frames.frame(frames.HEADERS, frames.END_STREAM, 1, b"")  # an empty first fragment
+    )
+    t = _raw_server(
+        tmp_path / "empty.sock", start + frames.frame(frames.CONTINUATION, frames.END_HEADERS, 1, trailers)
+    )
+    assert grpcclient.call(str(tmp_path / "empty.sock"), LIST, b"", timeout=10) == b"ok"
+    t.join(10)
+    ping = frames.frame(frames.PING, 0, 0, b"\x00" * 8)
+    t = _raw_server(
+        tmp_path / "ping.sock",
+        start + ping + frames.frame(frames.CONTINUATION, frames.END_HEADERS, 1, trailers),
+    )
+    with pytest.raises(grpcclient.CallError, match="cut off"):
+        grpcclient.call(str(tmp_path / "ping.sock"), LIST, b"", timeout=10)
+    t.join(10)
