@@ -152,7 +152,7 @@ def test_rolling_update_with_a_prepared_claim(node_drivers: Drivers, ns: str, ki
 def _kubelet_says(drivers: Drivers, kind: str, namespace: str, name: str, uid: str) -> str:
     """What the driver's own code, run in its own container (its mounts, user and dropped
     capabilities), reads from the real kubelet's pod resources socket about the claim."""
-    (pod,) = drivers.pods(kind)
+    (pod,) = [p for p in drivers.pods(kind) if p.metadata.deletion_timestamp is None]  # not one going
     container = pod.status.container_statuses[0].container_id.split("//", 1)[1]
     (args,) = [c["args"] for c in drivers.daemonset(kind)["spec"]["template"]["spec"]["containers"]]
     (root,) = [a.split("=", 1)[1] for a in args if a.startswith("--kubelet-root-dir=")]
