@@ -7,7 +7,10 @@ drivers ask this before they hand out a function bound to vfio-pci."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Protocol
+
+from topodra.common.runtime.driver import ClaimRef
 
 _GROUP_NODE = re.compile(r"/dev/vfio/(?:noiommu-)?[0-9]+")
 
@@ -29,6 +32,23 @@ def shared_group(mine: Iterable[str], others: Iterable[tuple[str, Iterable[str]]
         if common:
             return label, min(common)
     return None
+
+
+class Holding(Protocol):
+    @property
+    def claim(self) -> ClaimRef: ...
+
+
+def held_by_others(
+    claim: ClaimRef, held: Mapping[str, Holding], nodes: Callable[[str], Iterable[str] | None]
+) -> Iterator[tuple[str, Iterable[str]]]:
+    """The devices a driver holds for claims other than `claim`, labelled for refusal(), each with
+    its node paths (`nodes`: None for a device no longer there). Lazy: walked only for a function
+    bound to vfio-pci (shared_group)."""
+    for device, h in held.items():
+        paths = nodes(device) if h.claim.uid != claim.uid else None
+        if paths is not None:
+            yield f"{device} of claim {h.claim.namespace}/{h.claim.name}", paths
 
 
 def refusal(device: str, mine: Iterable[str], others: Iterable[tuple[str, Iterable[str]]]) -> str | None:

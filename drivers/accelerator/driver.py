@@ -224,10 +224,8 @@ class AcceleratorDriver:
         self, claim: ClaimRef, name: str, acc: Accelerator, accs: Mapping[str, Accelerator]
     ) -> None:
         """common/runtime/vfio.py: no function of a VFIO group another claim holds."""
-        others = (  # walked only for a function bound to vfio-pci (vfio.shared_group)
-            (f"{other} of claim {h.claim.namespace}/{h.claim.name}", [n.path for n in accs[other].nodes])
-            for other, h in self._held.items()
-            if h.claim.uid != claim.uid and other in accs
+        others = vfio.held_by_others(
+            claim, self._held, lambda d: [n.path for n in accs[d].nodes] if d in accs else None
         )
         why = vfio.refusal(f"{name} ({acc.address})", [n.path for n in acc.nodes], others)
         if why is not None:

@@ -98,13 +98,23 @@ def _made_with(att: Attachment) -> str | None:
     return att.perm_mac.lower() if att.perm_mac else None
 
 
-def _foreign(link: iplink.Link, att: Attachment, host_sysfs: str | None = None) -> bool:
+def _foreign(link: iplink.Link, att: Attachment, sysfs_root: str | None = None) -> bool:
     """The link was made with another address than the claim's port: another port, whatever
-    MAC and name a pod gave it. `host_sysfs`: the host's sysfs root, for a link of the host's
-    namespace (iplink.made_with)."""
+    MAC and name a pod gave it. `sysfs_root`: for a link of the host's namespace, whose sysfs
+    tells more where it is the host's own (iplink.made_with); None in a pod's namespace."""
     ours = _made_with(att)
-    theirs = iplink.made_with(link, host_sysfs) if ours is not None else None
-    return ours is not None and theirs is not None and theirs != ours
+    if ours is None:
+        return False
+    host_sysfs = sysfs_root if sysfs_root is not None and hostfiles.is_this_host(sysfs_root) else None
+    theirs = iplink.made_with(link, host_sysfs)
+    return theirs is not None and theirs != ours
+
+
+def _on_its_function(att: Attachment, link: iplink.Link, sysfs_root: str) -> bool:
+    """Where the kernel names the device under a netdev, it is the claim's PCI function or one
+    below it (parent_devices); elsewhere nothing says otherwise."""
+    devices = parent_devices(att, sysfs_root)
+    return devices is None or link.parent in devices
 
 
 def recorded_made_with(att: Attachment, sysfs_root: str) -> str | None:
@@ -115,9 +125,7 @@ def recorded_made_with(att: Attachment, sysfs_root: str) -> str | None:
     if not mac or not att.pci_address or att.virtual or not hostfiles.is_this_host(sysfs_root):
         return None
     link = iplink.link(att.host_name)
-    if link is None or link.mac != mac.lower():
-        return None
-    if iplink.parents_reported() and link.parent not in iplink.function_devices(sysfs_root, att.pci_address):
+    if link is None or link.mac != mac.lower() or not _on_its_function(att, link, sysfs_root):
         return None
     return iplink.made_with(link, sysfs_root)
 
@@ -135,8 +143,7 @@ def locate(att: Attachment, sysfs_root: str = "/") -> Where:
         # sysfs names the function's netdevs, netlink must show them too: a sysfs root that is
         # not the host's own (--sysfs-root at a synthetic or captured machine) keeps naming an
         # interface that has moved into a pod, and trusting it would drop the pin holding it.
-        host_sysfs = sysfs_root if hostfiles.is_this_host(sysfs_root) else None
-        mine = [link for link in host_links if link.name in listed and not _foreign(link, att, host_sysfs)]
+        mine = [link for link in host_links if link.name in listed and not _foreign(link, att, sysfs_root)]
         link = _with_mac(mine, _made_with(att) or mac) if mac else None
         link = link or iplink.find(mine, name=att.host_name)
         if link is not None:
@@ -293,10 +300,8 @@ def restore_mac(att: Attachment, sysfs_root: str = "/") -> str:
     the tests and the node tier make; a name the tree shares with a device or bridge of this
     host, such as eth0, is no proof)."""
     mac = _usable_mac(att.mac)
-    link = iplink.find(iplink.links(), name=att.host_name) if mac else None
+    link = iplink.link(att.host_name) if mac else None
     if mac is None or link is None or link.mac is None or link.mac == mac.lower():
-        return ""
-    if _foreign(link, att, sysfs_root if hostfiles.is_this_host(sysfs_root) else None):
         return ""
     if not _shown_to_be_the_port(att, link, sysfs_root):
         return ""
@@ -312,12 +317,13 @@ def restore_mac(att: Attachment, sysfs_root: str = "/") -> str:
 
 
 def _shown_to_be_the_port(att: Attachment, link: iplink.Link, sysfs_root: str) -> bool:
-    """restore_mac's device check, beyond the address the port was made with."""
+    """restore_mac's check: not made with another address, and over the claim's function;
+    under a synthetic tree, a veth."""
+    if _foreign(link, att, sysfs_root):
+        return False
     if not hostfiles.is_this_host(sysfs_root):
         return link.kind == "veth"
-    if att.pci_address and iplink.parents_reported():
-        return link.parent in iplink.function_devices(sysfs_root, att.pci_address)
-    return True
+    return _on_its_function(att, link, sysfs_root)
 
 
 def _name_taken(name: str, mac: str | None) -> bool:

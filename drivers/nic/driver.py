@@ -234,10 +234,8 @@ class NicDriver:
                 raise PrepareError(f"{describe_claim(claim)}: device {r.device} is not handed out: {why}")
             raise PrepareError(f"{describe_claim(claim)}: device {r.device} is not on this node")
         if not r.admin_access:
-            others = (  # walked only for a function bound to vfio-pci (vfio.shared_group)
-                (f"{n} of claim {h.claim.namespace}/{h.claim.name}", [c.path for c in nics[n].char_devices])
-                for n, h in self._held.items()
-                if h.claim.uid != claim.uid and n in nics
+            others = vfio.held_by_others(
+                claim, self._held, lambda d: [c.path for c in nics[d].char_devices] if d in nics else None
             )
             why = vfio.refusal(r.device, [c.path for c in nic.char_devices], others)
             if why is not None:

@@ -397,6 +397,12 @@ def test_unprepare_finds_a_port_by_the_address_it_was_made_with(
     assert locate(att, str(tmp_path)) == Where("host", "eth7")  # not the sibling the tree lists first
 
 
+def serve_links(monkeypatch: pytest.MonkeyPatch, *links: iplink.Link) -> None:
+    """The host's netlink, as `ip` answers for all its links and for one by name."""
+    monkeypatch.setattr(iplink, "links", lambda netns=None: list(links))
+    monkeypatch.setattr(iplink, "link", lambda name: next((x for x in links if x.name == name), None))
+
+
 def host_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *links: iplink.Link) -> str:
     """A folder tree standing in for the sysfs of a host with a two-port NIC at PCI: the host's
     netlink shows `links` (no device here has a permanent address, and no PCI NIC can be moved),
@@ -408,7 +414,7 @@ def host_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *links: iplink.Li
         cls.mkdir(parents=True)
         own = link.perm_mac is None and (link.mac or "").endswith("0")
         (cls / "addr_assign_type").write_text("0\n" if own else "3\n")
-    monkeypatch.setattr(iplink, "links", lambda netns=None: list(links))
+    serve_links(monkeypatch, *links)
     monkeypatch.setattr(hostfiles, "is_this_host", lambda root: True)
     monkeypatch.setattr(iplink, "parents_reported", lambda: True)
     return str(tmp_path)
@@ -486,10 +492,10 @@ def test_a_mac_is_set_back_only_on_a_link_the_kernel_shows_on_the_claims_functio
     a link over the claim's function. The host's links are given as `ip` shows them on such a
     machine (no PCI NIC here can be moved)."""
     att = Attachment("pci-0000-04-00-0", "nic", "node-a", "ens5", "net1", "52:54:00:00:00:05", PCI,
-                     virtual=False, mode="hook", pin="/nonexistent/pin", perm_mac="")  # fmt: skip
+                     virtual=False, mode="hook", pin="/nonexistent/pin")  # fmt: skip
     other = iplink.Link("ens5", 7, "02:00:00:00:00:07", "down", (), None, ("virtio", "virtio9"))
     ran: list[list[str]] = []
-    monkeypatch.setattr(iplink, "links", lambda netns=None: [other])
+    serve_links(monkeypatch, other)
     monkeypatch.setattr(iplink, "parents_reported", lambda: True)
     monkeypatch.setattr(
         iplink, "function_devices", lambda root, a: frozenset({("pci", PCI), ("virtio", "virtio2")})
@@ -497,7 +503,7 @@ def test_a_mac_is_set_back_only_on_a_link_the_kernel_shows_on_the_claims_functio
     monkeypatch.setattr(iplink, "run", lambda args, netns=None, **kw: ran.append(list(args)) or "")
     assert restore_mac(att, "/") == "" and ran == []
     ours = dataclasses.replace(other, parent=("virtio", "virtio2"))
-    monkeypatch.setattr(iplink, "links", lambda netns=None: [ours])
+    serve_links(monkeypatch, ours)
     assert restore_mac(att, "/") == f"; its MAC 02:00:00:00:00:07 set back to {att.mac}"
     assert ran == [["link", "set", "dev", "ens5", "address", att.mac]]
 

@@ -137,6 +137,12 @@ def test_without_the_kubelets_folder_nothing_is_known(tmp_path: Path) -> None:
     assert KubeletPods(tmp_path / "absent" / "kubelet.sock").in_use([CLAIM]) == {CLAIM.uid: ""}
 
 
+# what a peer sends before the answer's message: its settings and the answer's headers
+OPENING = frames.settings({}) + frames.frame(
+    frames.HEADERS, frames.END_HEADERS, 1, hpack.encode([(":status", "200")])
+)
+
+
 def _raw_server(path: Path, answer: bytes) -> threading.Thread:
     """One connection of a peer that sends `answer` (frames written here, byte by byte as a Go
     server may split them) after reading the request."""
@@ -161,8 +167,7 @@ def test_trailers_split_over_a_continuation_frame_are_read_whole(tmp_path: Path)
     frames: the end counts once the block is whole, and the status in its second half is read."""
     trailers = hpack.encode([("grpc-status", "0"), ("grpc-message", "")])
     answer = (
-        frames.settings({})
-        + frames.frame(frames.HEADERS, frames.END_HEADERS, 1, hpack.encode([(":status", "200")]))
+        OPENING
         + frames.frame(frames.DATA, 0, 1, b"\x00\x00\x00\x00\x02hi")
         + frames.frame(frames.HEADERS, frames.END_STREAM, 1, trailers[:1])
         + frames.frame(frames.CONTINUATION, frames.END_HEADERS, 1, trailers[1:])
@@ -175,8 +180,7 @@ def test_trailers_split_over_a_continuation_frame_are_read_whole(tmp_path: Path)
 def test_a_header_block_cut_off_by_another_frame_is_an_error(tmp_path: Path) -> None:
     trailers = hpack.encode([("grpc-status", "0")])
     answer = (
-        frames.settings({})
-        + frames.frame(frames.HEADERS, frames.END_HEADERS, 1, hpack.encode([(":status", "200")]))
+        OPENING
         + frames.frame(frames.HEADERS, frames.END_STREAM, 1, trailers[:1])
         + frames.frame(frames.DATA, frames.END_STREAM, 1, b"\x00\x00\x00\x00\x00")
     )
@@ -189,8 +193,7 @@ def test_a_header_block_cut_off_by_another_frame_is_an_error(tmp_path: Path) -> 
 def test_a_header_block_may_start_empty_and_nothing_may_come_between_its_frames(tmp_path: Path) -> None:
     trailers = hpack.encode([("grpc-status", "0")])
     start = (
-        frames.settings({})
-        + frames.frame(frames.HEADERS, frames.END_HEADERS, 1, hpack.encode([(":status", "200")]))
+        OPENING
         + frames.frame(frames.DATA, 0, 1, b"\x00\x00\x00\x00\x02ok")
         + frames.frame(frames.HEADERS, frames.END_STREAM, 1, b"")  # an empty first fragment
     )
